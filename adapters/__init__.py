@@ -1,0 +1,1 @@
+"""conduit.adapters: one module per tool, plus the shared settings object and safe writer."""

@@ -1,0 +1,192 @@
+"""What every adapter shares: the resolved settings it receives, URL rendering, and the file targets it returns.
+
+An adapter knows nothing about profiles. The daemon resolves a profile into one ``ToolSettings`` per tool
+(protocol roots already normalized, key already cleaned) and calls ``adapter.plan(settings, env)``, which
+returns *targets*: for each file, a pure function from the file's current content to its new content.
+One shared writer (``conduit.adapters.writer``) reads, renders, diffs (secrets masked), backs up and
+replaces atomically. Adapters never touch the disk themselves (STYLE.md habit 4), except to *read* for
+detection.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+Protocol_ = Literal["openai", "anthropic"]
+AuthStyle = Literal["bearer", "x-api-key"]
+
+
+@dataclass(frozen=True)
+class Root:
+    """A gateway root for one wire protocol, as normalized from what the person typed.
+
+    Attributes:
+        url: scheme + lower-cased host + path prefix; no trailing slash, query, fragment, pasted endpoint
+            or version segment. Example: ``https://taotoken.net/api``.
+        version: the API version segment the gateway uses (``v1`` unless the person's URL said ``v3``, ``v4``,
+            ``v1beta``...). Rendered only for clients that do not add it themselves.
+    """
+
+    url: str
+    version: str = "v1"
+
+    def anthropic_base(self) -> str:
+        """Base URL for Anthropic-SDK clients (Claude Code, CC Switch claude rows): the root, no version.
+
+        Source: the Anthropic SDKs request ``base_url + "/v1/messages"`` (shared/formats/claude-code.md).
+        """
+        return self.url
+
+    def openai_base(self) -> str:
+        """Base URL for OpenAI-SDK clients (Cline, Codex, ...): root + ``/<version>``.
+
+        Source: the OpenAI SDKs request ``base_url + "/chat/completions"`` and never add ``/v1``
+        (shared/formats/cline.md).
+        """
+        return f"{self.url}/{self.version}"
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """Everything one adapter needs, already resolved from the profile.
+
+    Attributes:
+        tool: the registry name of the tool (``claude_code``...).
+        channel: the channel's name in the profile (used for stable ids such as ``conduit-<channel>``).
+        root: the gateway root for the protocol this tool speaks.
+        key: the cleaned API key, or None when the channel needs none (a local vLLM without ``--api-key``).
+        auth: how the key is sent: ``bearer`` (``Authorization: Bearer``) or ``x-api-key``.
+        model: the main model id as the gateway names it.
+        small_model: background/small model (Claude Code's haiku slot), or None.
+        timeout_s: request timeout in seconds, or None for the tool's default.
+        options: the tool's own options, validated by the adapter's ``Options`` model.
+    """
+
+    tool: str
+    channel: str
+    root: Root
+    key: str | None
+    auth: AuthStyle = "bearer"
+    model: str = ""
+    small_model: str | None = None
+    timeout_s: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Env:
+    """The environment adapters locate files in: HOME, environment variables and the working directory.
+
+    Tests and the demo point ``home`` at a temporary directory; everything is found as the tools find it.
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
+        self.cwd = cwd or Path.cwd()
+
+    @property
+    def home(self) -> Path:
+        """The user's home directory (``$HOME``)."""
+        return Path(self.environ.get("HOME") or os.path.expanduser("~"))
+
+    def get(self, name: str) -> str | None:
+        """An environment variable, stripped; None when unset or blank."""
+        value = self.environ.get(name)
+        return value.strip() if value and value.strip() else None
+
+
+class NotFound(Exception):
+    """Raised by ``Adapter.plan`` when the tool is not installed or its store is missing.
+
+    The message says what was looked for and where; the sync engine reports it and moves on.
+    """
+
+
+class Unsupported(Exception):
+    """Raised by ``Adapter.plan`` for a tool version conduit cannot write (e.g. Cline generation A)."""
+
+
+@dataclass
+class TextTarget:
+    """One text file an adapter wants changed.
+
+    Attributes:
+        path: the file as the tool finds it (may be a symlink; the writer writes through it).
+        render: current text (None when the file is missing) -> new text. Raises ``ToolFileError`` when the
+            current text cannot be parsed; the writer then leaves the file alone.
+        mask: text -> the same text with secrets replaced by fingerprints, for diffs and logs.
+        mode: the file mode to create with; an existing mode is kept unless looser than this
+            (``0o600`` for files holding keys).
+        create: whether to create the file (and its directory) when missing.
+        label: a short name for reports (``settings.json``).
+    """
+
+    path: Path
+    render: Callable[[str | None], str]
+    mask: Callable[[str], str] = lambda text: text
+    mode: int = 0o600
+    create: bool = True
+    label: str = ""
+
+
+@dataclass
+class SqliteTarget:
+    """Rows an adapter wants changed in another program's SQLite database.
+
+    The writer opens the existing database (never creates it), sets a busy timeout, takes a backup, and
+    calls ``apply`` inside one ``BEGIN IMMEDIATE`` transaction, retrying on "database is locked".
+
+    Attributes:
+        path: the database file.
+        apply: (connection, dry_run) -> list of human-readable change lines with secrets already masked;
+            an empty list means nothing changed (the writer then rolls back and takes no backup).
+        label: a short name for reports.
+    """
+
+    path: Path
+    apply: Callable[[sqlite3.Connection, bool], list[str]]
+    label: str = ""
+
+
+Target = TextTarget | SqliteTarget
+
+
+class Adapter(Protocol):
+    """What every tool module provides (see ``conduit.adapters.registry``).
+
+    Attributes:
+        name: registry key, also the ``[tools.<name>]`` table name in the profile.
+        display_name: the tool's name for people.
+        protocol: the wire protocol its client speaks.
+        owned_keys: the keys this adapter owns, for docs and doctor (e.g. ``env.ANTHROPIC_BASE_URL``).
+        restart_hint: what a person must do for the tool to see a change, or None when it hot-reloads.
+        Options: pydantic model of the tool-specific options accepted in ``[tools.<name>]``.
+    """
+
+    name: ClassVar[str]
+    display_name: ClassVar[str]
+    protocol: ClassVar[Protocol_]
+    owned_keys: ClassVar[Sequence[str]]
+    restart_hint: ClassVar[str | None]
+    Options: ClassVar[type[BaseModel]]
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Return the targets to write. Raises ``NotFound`` or ``Unsupported``."""
+        ...
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Read-only facts for ``conduit doctor``: files found, version/generation, current owned values
+        (keys masked), higher-precedence overrides. Never raises for a missing tool."""
+        ...
+
+
+class NoOptions(BaseModel):
+    """Options model for a tool with no options of its own."""
+
+    model_config = ConfigDict(extra="forbid")

@@ -1,0 +1,1 @@
+"""conduit.daemon: profile, key sources, sync engine, CLI and agent."""

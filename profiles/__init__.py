@@ -1,0 +1,1 @@
+"""Starter profiles shipped with conduit (read by `conduit init`)."""
