@@ -203,8 +203,8 @@ def _read_file(source: KeySource, environ: Mapping[str, str]) -> CleanKey:
     except FileNotFoundError:
         raise KeyError_(
             f"{described} does not exist",
-            hint="create it (the key on one line, mode 0600) or run `conduit key set NAME` and use "
-            '{ secret = "NAME" }',
+            hint='create it or run `conduit key set NAME` and use key = { secret = "NAME" } '
+            "(a key file holds the key on one line, mode 0600)",
         ) from None
     except PermissionError:
         raise KeyError_(
