@@ -537,7 +537,12 @@ def key_set(name: str, raw: str, *, store: SecretsStore | None = None) -> str:
     """
     _check_name(name)
     store = store or SecretsStore()
-    clean = clean_key(raw, source=f"the key given for `{name}`")
+    try:
+        clean = clean_key(raw, source=f"the input for `{name}`")
+    except KeyError_ as exc:
+        if exc.message.endswith("is empty"):
+            exc.hint = f"pipe the key in (`conduit key set {name} < KEYFILE`) or type it at the hidden prompt"
+        raise
     replaced = store.set(name, clean.key)
     verb = "replaced" if replaced else "stored"
     line = f"{verb} key `{name}` ({clean.fingerprint}) in {store.shown}"
