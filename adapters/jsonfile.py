@@ -184,3 +184,21 @@ def json_target(
         create=create,
         label=label or path.name,
     )
+
+
+def read_json_quietly(path: Path) -> tuple[dict[str, Any], str | None]:
+    """Read a JSON object for reporting (doctor, init): never raises.
+
+    Returns:
+        (the object, None); ({}, None) when the file is missing; ({}, message) when it cannot be read or parsed.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, f"cannot read {path}: {exc}"
+    try:
+        return parse_json_object(text, path=path), None
+    except ToolFileError as exc:
+        return {}, exc.message
