@@ -6,3 +6,4 @@ decorates its functions. Keeping this list here means cli.py never grows.
 
 from conduit.daemon import cmd_key  # noqa: F401,E402  conduit key set/list/rm
 from conduit.daemon import cmd_sync  # noqa: F401,E402  init, sync, doctor, use, restore
+from conduit.daemon import cmd_plan  # noqa: F401,E402  plan (vLLM memory ledger)

@@ -638,7 +638,10 @@ def settings_from_dict(values: Mapping[str, Any] | PlanSettings | None) -> PlanS
         if v is None:
             continue
         if key in _SIZE_FIELDS:
-            v = parse_size(v)
+            try:
+                v = parse_size(v)
+            except PlanArgumentError as exc:
+                raise PlanArgumentError(f"{raw_key}: {exc.message}", hint=exc.hint) from None
         elif key in _INT_FIELDS:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 try:
