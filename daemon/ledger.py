@@ -676,6 +676,31 @@ def settings_from_dict(values: Mapping[str, Any] | PlanSettings | None) -> PlanS
     return PlanSettings(**kw)
 
 
+_SECTION_KEYS = ("dtype", "kv_cache_dtype", "block_size", "max_model_len", "gpu_memory_utilization",
+                 "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "kv_cache_memory_bytes")
+
+
+def settings_from_vllm_section(section: Mapping[str, Any]) -> dict[str, Any]:
+    """Pick the planner's settings out of a profile ``[vllm]`` table (vLLM flag names, other keys ignored).
+
+    ``extra_env.VLLM_CPU_KVCACHE_SPACE`` (whole GiB, as vLLM reads it) becomes ``cpu_kvcache_space_bytes``.
+    The result feeds ``plan``/``run_plan``; flags given on the command line should be merged over it.
+
+    Raises:
+        PlanArgumentError: VLLM_CPU_KVCACHE_SPACE is not a whole number of GiB.
+    """
+    out = {k: section[k] for k in _SECTION_KEYS if section.get(k) is not None}
+    env = section.get("extra_env") or section.get("env") or {}
+    raw = env.get("VLLM_CPU_KVCACHE_SPACE") if isinstance(env, Mapping) else None
+    if raw not in (None, ""):
+        try:
+            out["cpu_kvcache_space_bytes"] = int(str(raw)) * GiB
+        except ValueError:
+            raise PlanArgumentError(f"[vllm] extra_env.VLLM_CPU_KVCACHE_SPACE: {raw!r} is not a whole number of GiB",
+                                    hint="vLLM reads it with int(): write 4 for 4 GiB") from None
+    return out
+
+
 def resolve_model_dtype(model: ModelInfo, dtype: str = "auto") -> str:
     """The dtype vLLM runs the model in: ``--dtype`` when given, else the config dtype with float32 downcast
     to bfloat16 (``_resolve_auto_dtype`` in ``vllm/config/model.py``: float32 checkpoints take the platform's
@@ -1050,7 +1075,9 @@ def predict_cpu_kv_tokens(model: str | os.PathLike[str], kv_space_bytes: int | s
     """What vLLM's CPU build logs for ``VLLM_CPU_KVCACHE_SPACE`` = ``kv_space_bytes``.
 
     Returns ``(tokens, max_concurrency)`` as in ``CPU KV cache size: N tokens, Maximum concurrency for L
-    tokens per request: X.XXx`` (compare ``round(max_concurrency, 2)`` with the logged X.XX).
+    tokens per request: X.XXx`` (compare ``round(max_concurrency, 2)`` with the logged X.XX). Pass the same
+    ``dtype``/``max_model_len``/``block_size`` vLLM was started with: ``dtype="auto"`` downcasts a float32
+    checkpoint to bfloat16 as vLLM's ``--dtype auto`` does, halving the KV bytes of a float32 run.
     Example: the 2-layer, 1-KV-head, head_dim-64 float32 model with 1 GiB and max_model_len 256 gives
     ``(1048576, 4096.0)``.
 

@@ -382,6 +382,17 @@ def test_settings_dict_validation() -> None:
             L.settings_from_dict(bad)
 
 
+def test_profile_vllm_section_feeds_the_planner(tmp_path: Path) -> None:
+    section = {"model": "x", "port": 8000, "max_model_len": 256, "dtype": "float32",
+               "extra_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO"}}
+    s = L.settings_from_vllm_section(section)
+    assert s == {"max_model_len": 256, "dtype": "float32", "cpu_kvcache_space_bytes": GiB}
+    led = L.plan(L.inspect_model(write_model(tmp_path / "tiny", TINY)), s)
+    assert led.kv_tokens == 1_048_576
+    with pytest.raises(PlanArgumentError, match="VLLM_CPU_KVCACHE_SPACE"):
+        L.settings_from_vllm_section({"extra_env": {"VLLM_CPU_KVCACHE_SPACE": "1.5"}})
+
+
 # --- NVML (the only fake: there is no GPU here) ----------------------------------------------------------------
 
 
