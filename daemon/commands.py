@@ -5,3 +5,4 @@ decorates its functions. Keeping this list here means cli.py never grows.
 """
 
 from conduit.daemon import cmd_sync  # noqa: F401,E402  init, sync, doctor, use, restore
+from conduit.daemon import cmd_bench  # noqa: F401,E402  bench
