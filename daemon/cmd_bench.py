@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from conduit.adapters.base import AuthStyle, Protocol_
 from conduit.adapters.errors import ConduitError, KeyError_
 from conduit.daemon import loadgen as lg
 from conduit.daemon.cli import app
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 
 def _resolve_channel(name: str, protocol: Protocol_ | None = None) -> tuple[lg.Endpoint, str]:
@@ -89,10 +88,13 @@ def read_key(key_env: str | None, key_file: Path | None) -> str | None:
 
 def render_table(sweep: lg.SweepResult) -> Table:
     """One row per level: requests, TTFT/TPOT/e2e p50/p90/p99 (ms), output tokens/s, requests/s, errors."""
-    t = Table(title="conduit bench", caption=f"percentiles: {lg.PERCENTILE_METHOD}")
-    for col in ("conc", "ok/req", "TTFT ms p50/p90/p99", "TPOT ms p50/p90/p99", "e2e ms p50/p90/p99",
+    t = Table(title=f"conduit bench: {sweep.config.get('model', '')}")
+    for col in ("conc", "ok/req", "TTFT ms\np50/90/99", "TPOT ms\np50/90/99", "e2e ms\np50/90/99",
                 "out tok/s", "req/s", "errors"):
-        t.add_column(col, justify="left" if col == "errors" else "right")
+        if col == "errors":
+            t.add_column(col, overflow="fold")
+        else:
+            t.add_column(col, justify="right", no_wrap=True)
 
     def three(s: lg.Summary) -> str:
         vals = s.as_ms()
@@ -181,6 +183,7 @@ def bench(
 
     sweep = _run_with_progress(cfg, err)
     out.print(render_table(sweep))
+    out.print(f"percentiles: {lg.PERCENTILE_METHOD}; * = saturation level", markup=False, highlight=False)
     for lv in sweep.levels:
         for kind, detail in lv.error_examples.items():
             out.print(f"  concurrency {lv.concurrency}: {kind} e.g. {detail}", markup=False, highlight=False)

@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from conduit.adapters.base import AuthStyle, Protocol_
 from conduit.adapters.errors import ConduitError, fingerprint
 
@@ -362,6 +361,10 @@ def find_saturation(points: Sequence[tuple[int, float]], min_growth: float = DEF
     if min_growth < 0:
         raise ValueError(f"min_growth must be >= 0, got {min_growth}")
     pts = sorted(points)
+    if len(pts) < 2:
+        return Saturation(min_growth, None, None, None,
+                          "a saturation point needs at least two concurrency levels; run a sweep "
+                          "(e.g. --concurrency 1,2,4,8,16,32,64).")
     for (c_prev, t_prev), (c, t) in zip(pts, pts[1:], strict=False):
         if t_prev <= 0:
             continue
@@ -377,10 +380,8 @@ def find_saturation(points: Sequence[tuple[int, float]], min_growth: float = DEF
                        f"{min_growth:.0%}): {c} concurrent sequences already reach the plateau; more would add "
                        f"latency (TPOT, queueing before the first token), not tokens/s.")
             return Saturation(min_growth, c, growth, rec, why)
-    top = pts[-1][0] if pts else None
-    why = ("throughput kept growing by at least "
-           f"{min_growth:.0%} per level up to concurrency {top}: no saturation seen; extend the sweep "
-           "(e.g. --concurrency ...,128,256) before choosing max_num_seqs.") if pts else "no levels were run."
+    why = (f"throughput kept growing by at least {min_growth:.0%} per level up to concurrency {pts[-1][0]}: "
+           "no saturation seen; extend the sweep (e.g. --concurrency ...,128,256) before choosing max_num_seqs.")
     return Saturation(min_growth, None, None, None, why)
 
 
@@ -891,7 +892,7 @@ def csv_rows(sweep: SweepResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _write(path: Path, writer: Callable[[Any], None]) -> None:
+def _write(path: Path, writer: Callable[[Any], object]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8", newline="") as fh:
@@ -903,7 +904,7 @@ def _write(path: Path, writer: Callable[[Any], None]) -> None:
 
 def write_json(path: Path, sweep: SweepResult) -> None:
     """Write ``sweep.to_dict()`` (with per-request records) as indented JSON. Raises ConduitError."""
-    _write(path, lambda fh: (json.dump(sweep.to_dict(), fh, indent=2), fh.write("\n")))
+    _write(path, lambda fh: fh.write(json.dumps(sweep.to_dict(), indent=2) + "\n"))
 
 
 def write_csv(path: Path, sweep: SweepResult) -> None:

@@ -42,6 +42,9 @@ class Script:
     break_after: int | None = None
     text: str = "tok"
     input_tokens: int = 11
+    echo_auth: bool = False  # put the received auth headers into the failure body (key-leak tests)
+    hold_until: int = 0  # hold each request until this many are in flight at once (or hold_timeout_s)
+    hold_timeout_s: float = 10.0
 
 
 @dataclass
@@ -70,6 +73,10 @@ class ScriptedServer:
     record: bool = True
 
     def __post_init__(self) -> None:
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.hold_timed_out = 0
+        self._cond: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -91,11 +98,16 @@ class ScriptedServer:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
             self._loop = loop
             self._server = loop.run_until_complete(self.serve())
             self._ready.set()
             loop.run_forever()
             self._server.close()
+            pending = asyncio.all_tasks(loop)  # open connections' handlers
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(self._server.wait_closed())
             loop.close()
 
@@ -134,7 +146,13 @@ class ScriptedServer:
                 body = json.loads(raw) if raw else {}
                 if self.record:
                     self.seen.append(Seen(path, headers, body, time.perf_counter()))
-                keep = await self._respond(writer, path, body)
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    await self._hold()
+                    keep = await self._respond(writer, path, body, headers)
+                finally:
+                    self.in_flight -= 1
                 if not keep:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -142,10 +160,28 @@ class ScriptedServer:
         finally:
             writer.close()
 
-    async def _respond(self, w: asyncio.StreamWriter, path: str, body: dict[str, Any]) -> bool:
+    async def _hold(self) -> None:
+        """Wait until ``script.hold_until`` requests are in flight together (counts a timeout)."""
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        async with self._cond:
+            self._cond.notify_all()
+            if self.script.hold_until and self.max_in_flight < self.script.hold_until:
+                try:
+                    await asyncio.wait_for(
+                        self._cond.wait_for(lambda: self.max_in_flight >= self.script.hold_until),
+                        self.script.hold_timeout_s)
+                except TimeoutError:
+                    self.hold_timed_out += 1
+
+    async def _respond(self, w: asyncio.StreamWriter, path: str, body: dict[str, Any],
+                       headers: dict[str, str]) -> bool:
         s = self.script
         if s.fail_status is not None:
-            payload = json.dumps({"error": {"message": "scripted failure", "type": "server_error"}}).encode()
+            message = "scripted failure"
+            if s.echo_auth:
+                message += f" for {headers.get('authorization', '')}{headers.get('x-api-key', '')}"
+            payload = json.dumps({"error": {"message": message, "type": "server_error"}}).encode()
             w.write(f"HTTP/1.1 {s.fail_status} Scripted\r\nContent-Type: application/json\r\n"
                     f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
             await w.drain()
