@@ -636,8 +636,8 @@ class BenchConfig:
 # Engine
 
 
-class _StreamError(Exception):
-    """Internal: the stream is malformed or carried an error event."""
+class StreamError(Exception):
+    """The stream is malformed or carried an error event (becomes ``ErrorKind.STREAM_BROKEN``)."""
 
 
 def _redact(text: str, key: str | None) -> str:
@@ -647,8 +647,14 @@ def _redact(text: str, key: str | None) -> str:
     return text[:300]
 
 
-class _Recorder:
-    """Accumulates one response's events into a ``RequestResult``."""
+class StreamRecorder:
+    """Accumulates one response's SSE events into a ``RequestResult``; no I/O, so it is tested on synthetic
+    event lists with chosen timestamps.
+
+    Attributes:
+        r: the record being filled (t_first, t_last, content_chunks, usage_output_tokens, input_tokens).
+        done: the terminator (``[DONE]`` / ``message_stop``) was seen.
+    """
 
     def __init__(self, result: RequestResult, protocol: Protocol_) -> None:
         self.r = result
@@ -656,6 +662,7 @@ class _Recorder:
         self.done = False
 
     def token(self, text: Any, now: float) -> None:
+        """Count a content delta received at ``now`` (perf_counter seconds) when ``text`` is a non-empty str."""
         if isinstance(text, str) and text:
             if self.r.t_first is None:
                 self.r.t_first = now
@@ -663,6 +670,11 @@ class _Recorder:
             self.r.content_chunks += 1
 
     def event(self, data: str, now: float) -> None:
+        """Apply one SSE event's data (the ``data:`` lines joined) received at ``now``.
+
+        Raises:
+            StreamError: malformed JSON, or an error event from the server.
+        """
         if self.protocol == "openai":
             self._openai(data, now)
         else:
@@ -672,9 +684,9 @@ class _Recorder:
         try:
             obj = json.loads(data)
         except json.JSONDecodeError:
-            raise _StreamError(f"malformed JSON in stream: {data[:80]!r}") from None
+            raise StreamError(f"malformed JSON in stream: {data[:80]!r}") from None
         if not isinstance(obj, dict):
-            raise _StreamError(f"unexpected stream event: {data[:80]!r}")
+            raise StreamError(f"unexpected stream event: {data[:80]!r}")
         return obj
 
     def _openai(self, data: str, now: float) -> None:
@@ -684,7 +696,7 @@ class _Recorder:
         obj = self._load(data)
         if obj.get("error"):
             err = obj["error"]
-            raise _StreamError(f"error event: {err.get('message', err) if isinstance(err, dict) else err}")
+            raise StreamError(f"error event: {err.get('message', err) if isinstance(err, dict) else err}")
         for choice in obj.get("choices") or ():
             delta = choice.get("delta") or {}
             # vLLM streams reasoning models' thinking as reasoning_content / reasoning: tokens all the same.
@@ -714,10 +726,10 @@ class _Recorder:
             self.done = True
         elif kind == "error":
             err = obj.get("error") or {}
-            raise _StreamError(f"error event: {err.get('message', err) if isinstance(err, dict) else err}")
+            raise StreamError(f"error event: {err.get('message', err) if isinstance(err, dict) else err}")
 
 
-async def _consume(resp: httpx.Response, rec: _Recorder) -> None:
+async def _consume(resp: httpx.Response, rec: StreamRecorder) -> None:
     """Read an SSE response to its terminator, feeding ``rec`` one event at a time."""
     data: list[str] = []
     async for line in resp.aiter_lines():
@@ -752,7 +764,7 @@ async def run_request(client: httpx.AsyncClient, cfg: BenchConfig, prompt: str, 
     body = cfg.body(prompt)
     headers = ep.headers()
     result = RequestResult(index=index, concurrency=concurrency, t_send=time.perf_counter())
-    rec = _Recorder(result, ep.protocol)
+    rec = StreamRecorder(result, ep.protocol)
     try:
         async with client.stream("POST", ep.url, json=body, headers=headers) as resp:
             result.http_status = resp.status_code
@@ -769,7 +781,7 @@ async def run_request(client: httpx.AsyncClient, cfg: BenchConfig, prompt: str, 
                                      + ("([DONE])" if ep.protocol == "openai" else "(message_stop)")
                                      + ("" if "event-stream" in ctype else f"; content-type was {ctype!r}, "
                                         "the server did not stream"))
-    except _StreamError as exc:
+    except StreamError as exc:
         result.error, result.detail = ErrorKind.STREAM_BROKEN, str(exc)
     except httpx.TimeoutException as exc:
         result.error, result.detail = ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}"

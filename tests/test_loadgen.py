@@ -95,6 +95,63 @@ def test_summary_of_nothing_is_none() -> None:
     assert lv.output_tokens_per_s == 0.0 and lv.ok == 0
 
 
+def _feed(protocol: str, events: list[tuple[float, object]]) -> lg.StreamRecorder:
+    rec = lg.StreamRecorder(lg.RequestResult(index=0, concurrency=1, t_send=1.0), protocol)  # type: ignore[arg-type]
+    for now, ev in events:
+        rec.event(ev if isinstance(ev, str) else json.dumps(ev), now)
+    return rec
+
+
+def test_openai_recorder_on_synthetic_timestamps() -> None:
+    def delta(d: dict[str, object]) -> dict[str, object]:
+        return {"choices": [{"index": 0, "delta": d}]}
+
+    rec = _feed("openai", [
+        (1.5, delta({"role": "assistant", "content": ""})),  # not a token
+        (2.0, delta({"content": "a"})),
+        (2.5, delta({"content": None, "reasoning_content": "b"})),  # vLLM reasoning: a token
+        (3.0, delta({"content": "c"})),
+        (3.25, {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+        (3.5, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}),
+        (4.0, "[DONE]"),
+    ])
+    r = rec.r
+    assert rec.done and (r.t_first, r.t_last, r.content_chunks) == (2.0, 3.0, 3)
+    assert (r.usage_output_tokens, r.output_tokens, r.input_tokens) == (5, 5, 7)
+    assert r.ttft_s == 1.0 and r.tpot_s == 0.25  # (3.0 - 2.0) / (5 - 1)
+    without_usage = _feed("openai", [(2.0, delta({"content": "a"})), (3.0, delta({"content": "b"}))])
+    assert not without_usage.done and without_usage.r.output_tokens == 2 and without_usage.r.tpot_s == 1.0
+
+
+def test_anthropic_recorder_on_synthetic_timestamps() -> None:
+    def text(t: str) -> dict[str, object]:
+        return {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
+
+    rec = _feed("anthropic", [
+        (1.25, {"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}}),
+        (1.5, {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        (1.75, {"type": "ping"}),
+        (2.0, text("a")),
+        (2.25, text("")),  # empty: not a token
+        (4.0, text("b")),
+        (4.5, {"type": "message_delta", "usage": {"output_tokens": 3}}),
+        (5.0, {"type": "message_stop"}),
+    ])
+    r = rec.r
+    assert rec.done and (r.t_first, r.t_last, r.content_chunks) == (2.0, 4.0, 2)
+    assert (r.output_tokens, r.input_tokens, r.tpot_s) == (3, 9, 1.0)  # (4 - 2) / (3 - 1)
+
+
+@pytest.mark.parametrize("protocol,event,needle", [
+    ("openai", "{not json", "malformed JSON"),
+    ("openai", {"error": {"message": "overloaded"}}, "overloaded"),
+    ("anthropic", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}, "busy"),
+])
+def test_recorder_stream_errors(protocol: str, event: object, needle: str) -> None:
+    with pytest.raises(lg.StreamError, match=needle):
+        _feed(protocol, [(1.0, event)])
+
+
 # ---------------------------------------------------------------- saturation
 
 
