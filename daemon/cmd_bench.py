@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from conduit.adapters.base import AuthStyle, Protocol_
 from conduit.adapters.errors import ConduitError, KeyError_
 from conduit.daemon import loadgen as lg
 from conduit.daemon.cli import app
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 
 def _resolve_channel(name: str, protocol: Protocol_ | None = None) -> tuple[lg.Endpoint, str]:

@@ -4,5 +4,5 @@ One import line per module: a module that adds commands imports ``app`` from ``c
 decorates its functions. Keeping this list here means cli.py never grows.
 """
 
+import conduit.daemon.cmd_bench  # noqa: F401  bench
 from conduit.daemon import cmd_sync  # noqa: F401,E402  init, sync, doctor, use, restore
-from conduit.daemon import cmd_bench  # noqa: F401,E402  bench

@@ -1,8 +1,8 @@
 """Async streaming load generator behind ``conduit bench``: engine, statistics and writers.
 
-One concurrency model (STYLE.md habit 13): asyncio on one ``httpx.AsyncClient``. A *level* sends a fixed
-number of requests with ``concurrency`` closed-loop workers (each worker sends its next request as soon as
-its previous one ends); a *sweep* runs the levels in order (default 1, 2, 4, ... 64).
+One concurrency model (STYLE.md habit 13): asyncio and ``httpx.AsyncClient`` (one kept-alive connection per
+worker). A *level* sends a fixed number of requests with ``concurrency`` closed-loop workers (each worker sends
+its next request as soon as its previous one ends); a *sweep* runs the levels in order (default 1, 2, 4, ... 64).
 
 Wire protocols (sources: OpenAI chat-completions streaming reference; Anthropic Messages streaming reference;
 vLLM's OpenAI-compatible server for ``ignore_eos`` and ``stream_options``):
@@ -20,7 +20,7 @@ Measurements per request, all from ``time.perf_counter`` (seconds):
 - TTFT = t_first - t_send, where t_send is taken just before the request is handed to httpx and t_first when
   the first *non-empty* content delta arrives (an OpenAI role-only chunk with ``content: ""`` is not a token).
 - TPOT = (t_last - t_first) / (output_tokens - 1); undefined (None) for fewer than 2 output tokens.
-- e2e = t_end - t_send (t_end: the terminator ``[DONE]`` / ``message_stop`` was read, or the failure).
+- e2e = t_end - t_send (t_end: the terminator ``[DONE]`` / ``message_stop`` arrived, or the failure).
 - output tokens: the server's final usage count when it sends one (OpenAI ``usage.completion_tokens`` in the
   ``include_usage`` chunk; Anthropic ``message_delta.usage.output_tokens``), else the number of non-empty
   content deltas.
@@ -46,13 +46,15 @@ import csv
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import httpx
+
 from conduit.adapters.base import AuthStyle, Protocol_
 from conduit.adapters.errors import ConduitError, fingerprint
 
@@ -653,13 +655,14 @@ class StreamRecorder:
 
     Attributes:
         r: the record being filled (t_first, t_last, content_chunks, usage_output_tokens, input_tokens).
-        done: the terminator (``[DONE]`` / ``message_stop``) was seen.
+        done: the terminator (``[DONE]`` / ``message_stop``) was seen; ``t_done`` when (perf_counter s).
     """
 
     def __init__(self, result: RequestResult, protocol: Protocol_) -> None:
         self.r = result
         self.protocol = protocol
         self.done = False
+        self.t_done: float | None = None
 
     def token(self, text: Any, now: float) -> None:
         """Count a content delta received at ``now`` (perf_counter seconds) when ``text`` is a non-empty str."""
@@ -691,7 +694,7 @@ class StreamRecorder:
 
     def _openai(self, data: str, now: float) -> None:
         if data.strip() == "[DONE]":
-            self.done = True
+            self.done, self.t_done = True, now
             return
         obj = self._load(data)
         if obj.get("error"):
@@ -723,22 +726,24 @@ class StreamRecorder:
             if isinstance(usage.get("input_tokens"), int):
                 self.r.input_tokens = usage["input_tokens"]
         elif kind == "message_stop":
-            self.done = True
+            self.done, self.t_done = True, now
         elif kind == "error":
             err = obj.get("error") or {}
             raise StreamError(f"error event: {err.get('message', err) if isinstance(err, dict) else err}")
 
 
 async def _consume(resp: httpx.Response, rec: StreamRecorder) -> None:
-    """Read an SSE response to its terminator, feeding ``rec`` one event at a time."""
+    """Read an SSE response to the end of its body, feeding ``rec`` one event at a time.
+
+    Reading past the terminator to the end of the body (servers end it right after) lets httpx keep the
+    connection alive for the next request; leaving early would close it and make every request reconnect.
+    """
     data: list[str] = []
     async for line in resp.aiter_lines():
         if line == "":
             if data:
                 rec.event("\n".join(data), time.perf_counter())
                 data.clear()
-                if rec.done:
-                    return
             continue
         if line.startswith("data:"):
             value = line[5:]
@@ -791,23 +796,30 @@ async def run_request(client: httpx.AsyncClient, cfg: BenchConfig, prompt: str, 
         result.error, result.detail = ErrorKind.STREAM_BROKEN, f"{type(exc).__name__}: {exc}"
     except httpx.TransportError as exc:  # proxy errors, unsupported protocol: no usable connection
         result.error, result.detail = ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"
-    result.t_end = time.perf_counter()
+    result.t_end = rec.t_done if rec.done and rec.t_done is not None and result.ok else time.perf_counter()
     result.detail = _redact(result.detail, ep.key)
     return result
 
 
-async def run_level(client: httpx.AsyncClient, cfg: BenchConfig, concurrency: int, serial_offset: int = 0,
+async def run_level(clients: Sequence[httpx.AsyncClient], cfg: BenchConfig, concurrency: int,
+                    serial_offset: int = 0,
                     on_result: Callable[[RequestResult], None] | None = None) -> LevelStats:
     """Run ``cfg.requests`` requests with ``concurrency`` closed-loop workers and summarize them.
 
     Args:
+        clients: at least ``concurrency`` clients from ``open_clients``; worker k uses ``clients[k]``.
         serial_offset: added to the request index to pick the prompt (distinct prompts across levels).
         on_result: called after each request (progress bars).
+
+    Raises:
+        ValueError: fewer clients than ``concurrency``.
     """
+    if len(clients) < concurrency:
+        raise ValueError(f"run_level needs {concurrency} clients, got {len(clients)}")
     results: list[RequestResult] = []
     next_index = 0
 
-    async def worker() -> None:
+    async def worker(client: httpx.AsyncClient) -> None:
         nonlocal next_index
         while next_index < cfg.requests:
             i = next_index
@@ -819,8 +831,8 @@ async def run_level(client: httpx.AsyncClient, cfg: BenchConfig, concurrency: in
 
     t0 = time.perf_counter()
     async with asyncio.TaskGroup() as tg:
-        for _ in range(min(concurrency, cfg.requests)):
-            tg.create_task(worker())
+        for k in range(min(concurrency, cfg.requests)):
+            tg.create_task(worker(clients[k]))
     wall = time.perf_counter() - t0
     results.sort(key=lambda r: r.index)
     return summarize_level(concurrency, results, wall)
@@ -851,23 +863,35 @@ class SweepResult:
         }
 
 
-def make_client(cfg: BenchConfig) -> httpx.AsyncClient:
-    """The shared AsyncClient: enough pooled connections for the largest level, no pool waits."""
-    top = max(cfg.concurrency)
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s, pool=None),
-        limits=httpx.Limits(max_connections=top, max_keepalive_connections=top),
-        follow_redirects=False,
-    )
+@asynccontextmanager
+async def open_clients(cfg: BenchConfig, count: int | None = None) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """``count`` (default: the largest level) AsyncClients of one kept-alive connection each, one per worker.
+
+    One client per worker rather than one shared pool: httpcore's pool scans every connection on each
+    request and response event, which at 64 connections cost more than twice the CPU per request here
+    (bench/load_generator.py measures the generator's CPU per request). A shared SSL context keeps creation
+    cheap. All are closed on exit.
+    """
+    n = count if count is not None else max(cfg.concurrency)
+    ssl_ctx = httpx.create_ssl_context()
+    timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s, pool=None)
+    clients = [httpx.AsyncClient(timeout=timeout, verify=ssl_ctx, follow_redirects=False,
+                                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+               for _ in range(n)]
+    try:
+        yield clients
+    finally:
+        for c in clients:
+            await c.aclose()
 
 
 async def run_sweep(cfg: BenchConfig, on_result: Callable[[RequestResult], None] | None = None,
                     on_level: Callable[[LevelStats], None] | None = None) -> SweepResult:
-    """Run every level of ``cfg.concurrency`` in order on one client and find the saturation point."""
+    """Run every level of ``cfg.concurrency`` in order (clients kept across levels); find the saturation."""
     levels: list[LevelStats] = []
-    async with make_client(cfg) as client:
+    async with open_clients(cfg) as clients:
         for n, c in enumerate(cfg.concurrency):
-            lv = await run_level(client, cfg, c, serial_offset=n * cfg.requests, on_result=on_result)
+            lv = await run_level(clients, cfg, c, serial_offset=n * cfg.requests, on_result=on_result)
             levels.append(lv)
             if on_level is not None:
                 on_level(lv)

@@ -73,6 +73,7 @@ class ScriptedServer:
     record: bool = True
 
     def __post_init__(self) -> None:
+        self.connections = 0  # TCP connections accepted
         self.in_flight = 0
         self.max_in_flight = 0
         self.hold_timed_out = 0
@@ -132,6 +133,7 @@ class ScriptedServer:
     # ---- HTTP
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")

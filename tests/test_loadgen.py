@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conduit.adapters.errors import ConduitError, fingerprint
 from conduit.daemon import cli
 from conduit.daemon import loadgen as lg
@@ -311,6 +312,14 @@ def test_level_runs_its_concurrency_and_prompts_differ_across_levels(server: Scr
     assert [lv.ok for lv in sweep.levels] == [8, 8]
     prompts = [s.body["messages"][0]["content"] for s in server.seen]
     assert len(prompts) == 16 and len(set(prompts)) == 16  # no prefix-cache reuse across the sweep
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_connections_are_kept_alive_one_per_worker(server: ScriptedServer, protocol: str) -> None:
+    server.script = Script(tokens=3)
+    sweep = _sweep(_cfg(server, protocol, requests=10, concurrency=(1, 3)))
+    assert [lv.ok for lv in sweep.levels] == [10, 10]
+    assert server.connections == 3  # worker 0 reuses its connection across requests and levels
 
 
 def test_no_key_sends_no_auth_header(server: ScriptedServer) -> None:
