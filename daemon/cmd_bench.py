@@ -12,7 +12,6 @@ Exit codes: 0 when the sweep ran (per-level errors are reported, not fatal), 1 w
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -22,68 +21,52 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from conduit.adapters.base import AuthStyle, Protocol_
-from conduit.adapters.errors import ConduitError, KeyError_
+from conduit.adapters.errors import ConduitError
 from conduit.daemon import loadgen as lg
 from conduit.daemon.cli import app
 
 
 def _resolve_channel(name: str, protocol: Protocol_ | None = None) -> tuple[lg.Endpoint, str]:
-    """Integration hook: look up channel ``name`` in the profile and return (endpoint, model).
+    """Look up channel ``name`` in the profile: (endpoint, the profile's model).
 
-    To wire: load the profile, take ``channels.<name>``, pick ``protocol`` (or the channel's first protocol),
-    render the base URL with ``Root.openai_base()`` / ``Root.anthropic_base()``, read and clean the key with
-    the profile's key source, and return ``(Endpoint(base, protocol, key, auth), profile model)``.
-
-    Raises:
-        ConduitError: always, until the profile module is wired in.
-    """
-    raise ConduitError(f"channel lookup not wired yet (asked for channel {name!r})",
-                       hint="pass --base-url, --protocol, --model and --key-env/--key-file instead")
-
-
-def clean_key(raw: str, source: str) -> str:
-    """Clean a key read from ``source`` (a description such as ``file ~/k``): strip surrounding whitespace and
-    a pasted ``Bearer `` prefix; refuse any other character outside printable ASCII, naming its position and
-    code point, never the key (DESIGN.md "Keys"; shared key sources may replace this).
+    The base URL is rendered for the protocol as the tools get it (``Root.openai_base()`` for OpenAI,
+    ``Root.anthropic_base()`` for Anthropic); the key comes from the channel's key source, cleaned.
 
     Raises:
-        KeyError_: empty key, or a forbidden character.
+        ProfileError: no profile, or no such channel; KeyError_: the key source fails.
     """
-    key = raw.strip().lstrip("\ufeff").strip()
-    if key.lower().startswith("bearer "):
-        key = key[7:].strip()
-    if not key:
-        raise KeyError_(f"the key from {source} is empty", hint="put the key in it, on one line")
-    for pos, ch in enumerate(key):
-        if ch in "\r\n":
-            raise KeyError_(f"the key from {source} has a line break at position {pos}",
-                            hint="the key was wrapped when copied: join it onto one line")
-        if not 0x21 <= ord(ch) <= 0x7E:
-            raise KeyError_(f"the key from {source}: character U+{ord(ch):04X} at position {pos} is not "
-                            "allowed in an HTTP header", hint="copy the key again from the provider's page")
-    return key
+    from conduit.adapters.errors import ProfileError
+    from conduit.daemon.cli import state
+    from conduit.daemon.profile import load_profile
+    from conduit.daemon.resolve import resolve_channel
+
+    profile = load_profile(state.profile)
+    if name not in profile.channels:
+        raise ProfileError(f"{profile.path}: no channel `{name}`",
+                           hint=f"channels in the profile: {', '.join(profile.channels)}")
+    ch = resolve_channel(profile, name)
+    proto: Protocol_ = protocol or ("openai" if "openai" in ch.roots else "anthropic")
+    if proto not in ch.roots:
+        raise ProfileError(f"{profile.path}: channel `{name}` does not speak the {proto} protocol",
+                           hint=f"it speaks {', '.join(ch.roots)}; pass --protocol accordingly")
+    root = ch.roots[proto]
+    base = root.openai_base() if proto == "openai" else root.anthropic_base()
+    return lg.Endpoint(base, proto, ch.key, ch.auth), profile.model.model
 
 
 def read_key(key_env: str | None, key_file: Path | None) -> str | None:
-    """The key from ``$key_env`` or ``key_file`` (cleaned with ``clean_key``), or None when neither is given.
+    """The key from ``$key_env`` or ``key_file`` through the shared key sources (cleaned), or None.
 
     Raises:
         KeyError_: the variable is unset/blank, the file cannot be read, or the key is refused.
     """
+    from conduit.daemon.keys import KeySource
+    from conduit.daemon.keys import read_key as read_source
+
     if key_env:
-        value = os.environ.get(key_env, "")
-        if not value.strip():
-            raise KeyError_(f"environment variable {key_env} is unset or empty",
-                            hint=f"export {key_env}=... or use --key-file")
-        return clean_key(value, f"${key_env}")
+        return read_source(KeySource(env=key_env)).key
     if key_file:
-        path = key_file.expanduser()
-        try:
-            value = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KeyError_(f"cannot read key file {path}: {getattr(exc, 'strerror', None) or exc}",
-                            hint="check the path and its permissions") from None
-        return clean_key(value, f"file {path}")
+        return read_source(KeySource(file=str(key_file.expanduser().absolute()))).key
     return None
 
 
