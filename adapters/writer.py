@@ -699,9 +699,10 @@ class Writer:
                 return
             result.changed = True
             result.diff = self._diff(target, current, new)
-            if self.dry_run:
-                return
             mode, notices = _mode_for(st, target.mode)
+            if self.dry_run:
+                result.notices.extend(n.replace("tightened mode", "would tighten mode") for n in notices)
+                return
             if data is None:
                 self._make_parent(real, target.path)
             tmp = _new_tmp(real.parent, real.name)
