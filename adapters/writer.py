@@ -177,7 +177,7 @@ def remove_stale_temps(path: Path) -> int:
         with _active_lock:
             if full in _active_tmp:
                 continue
-        pid_text = entry.name[len(prefix):].split("-", 1)[0]
+        pid_text = entry.name[len(prefix) :].split("-", 1)[0]
         pid = int(pid_text) if pid_text.isdigit() else -1
         try:
             age = time.time() - entry.stat(follow_symlinks=False).st_mtime
@@ -281,7 +281,9 @@ def _os_error_message(err: OSError, path: Path) -> str:
         errno.EISDIR: f"{path} is a directory; move it away so the tool's file can be written",
     }
     hint = hints.get(err.errno or 0, "fix the cause and sync again")
-    return str(ToolFileError(f"could not write {path}: {reason} ({where})", f"{hint}; conduit left it unchanged"))
+    return str(
+        ToolFileError(f"could not write {path}: {reason} ({where})", f"{hint}; conduit left it unchanged")
+    )
 
 
 # ------------------------------------------------------------------------------------------------- backups
@@ -319,7 +321,7 @@ class BackupStore:
             return self._root
         from conduit.daemon.paths import backups_dir  # lazy: adapters import nothing from daemon at load
 
-        return backups_dir()
+        return Path(backups_dir())
 
     def tool_dir(self, tool: str) -> Path:
         """``<root>/<tool>``. Raises ToolFileError for a name that is not a plain tool name."""
@@ -381,7 +383,7 @@ class BackupStore:
         kept: list[dict[str, Any]] = []
         for entries in by_path.values():
             entries.sort(key=lambda r: r["seq"], reverse=True)
-            for raw in entries[self.keep:]:
+            for raw in entries[self.keep :]:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(directory / raw["id"])
             kept.extend(r for r in entries[: self.keep] if (directory / r["id"]).exists())
@@ -439,7 +441,12 @@ class BackupStore:
     def save_bytes(self, tool: str, original: Path, data: bytes, *, mode: int, batch: str = "") -> Backup:
         """Back up a text file's current ``data`` (bytes) for ``original``. Raises OSError, ToolFileError."""
         return self._add(
-            tool, original, kind="text", mode=mode, batch=batch, fill=lambda dest: _atomic_write(dest, data, 0o600)
+            tool,
+            original,
+            kind="text",
+            mode=mode,
+            batch=batch,
+            fill=lambda dest: _atomic_write(dest, data, 0o600),
         )
 
     def snapshot_sqlite(self, tool: str, db: Path, *, timeout_s: float = 5.0) -> Path:
@@ -470,7 +477,14 @@ class BackupStore:
         return pending
 
     def save_file(
-        self, tool: str, original: Path, src: Path, *, kind: Literal["text", "sqlite"], mode: int, batch: str = ""
+        self,
+        tool: str,
+        original: Path,
+        src: Path,
+        *,
+        kind: Literal["text", "sqlite"],
+        mode: int,
+        batch: str = "",
     ) -> Backup:
         """Move the file ``src`` (from ``snapshot_sqlite``) into the store as a backup of ``original``."""
 
@@ -545,13 +559,22 @@ class BackupStore:
             else:
                 text = b.file.read_bytes().decode("utf-8")
                 target = TextTarget(
-                    path=b.path, render=lambda _cur, t=text: t, mode=b.mode, create=True, label=f"restore {b.id}"
+                    path=b.path, render=_constant(text), mode=b.mode, create=True, label=f"restore {b.id}"
                 )
             result = writer.apply(tool, target)
             if result.error:
                 raise ToolFileError(result.error)
             restored.append(b.path)
         return restored
+
+
+def _constant(text: str) -> Callable[[str | None], str]:
+    """A ``TextTarget.render`` that ignores the current content and returns ``text``."""
+
+    def render(_current: str | None) -> str:
+        return text
+
+    return render
 
 
 def _sqlite_restorer(backup: Backup) -> Callable[[sqlite3.Connection, bool], builtins.list[str]]:
@@ -581,7 +604,8 @@ def _sqlite_restorer(backup: Backup) -> Callable[[sqlite3.Connection, bool], bui
                 except sqlite3.OperationalError as err:
                     raise ToolFileError(
                         f"{backup.path}: table {table} no longer matches the backup ({err})",
-                        hint="the tool changed its schema since the backup; restore by hand from " + str(backup.file),
+                        hint="the tool changed its schema since the backup; restore by hand from "
+                        + str(backup.file),
                     ) from None
                 if sorted(map(repr, cur)) == sorted(map(repr, old)):
                     continue
@@ -675,8 +699,11 @@ class Writer:
         b = self.mask(target.mask(after))
         name = str(target.path)
         lines = difflib.unified_diff(
-            a.splitlines(), b.splitlines(), fromfile=name if before is not None else "/dev/null",
-            tofile=name, lineterm="",
+            a.splitlines(),
+            b.splitlines(),
+            fromfile=name if before is not None else "/dev/null",
+            tofile=name,
+            lineterm="",
         )
         return "\n".join(lines)
 
@@ -787,7 +814,9 @@ class Writer:
                 conn.execute("ROLLBACK")
                 return
             assert pending is not None
-            backup = self.backups.save_file(tool, target.path, pending, kind="sqlite", mode=mode, batch=self.batch)
+            backup = self.backups.save_file(
+                tool, target.path, pending, kind="sqlite", mode=mode, batch=self.batch
+            )
             pending = None
             try:
                 conn.execute("COMMIT")

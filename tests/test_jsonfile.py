@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import dump_json, json_target, mask_json_keys, parse_json_object
 from conduit.adapters.writer import BackupStore, Writer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 P = Path("/home/u/.claude/settings.json")
 
@@ -50,7 +49,9 @@ def test_trailing_comma_is_named() -> None:
     assert "line 3" in str(info.value)
 
 
-@pytest.mark.parametrize("text,kind", [("[1, 2]", "an array"), ('"s"', "a string"), ("null", "null"), ("3", "a number")])
+@pytest.mark.parametrize(
+    "text,kind", [("[1, 2]", "an array"), ('"s"', "a string"), ("null", "null"), ("3", "a number")]
+)
 def test_top_level_must_be_object(text: str, kind: str) -> None:
     with pytest.raises(ToolFileError) as info:
         parse_json_object(text, path=P)
@@ -73,7 +74,10 @@ def test_key_order_is_file_order() -> None:
 def test_dump_keeps_indentation(indent: str) -> None:
     like = "{\n" + indent + '"a": 1\n}\n'
     out = dump_json({"a": 1, "b": {"c": 2}}, like=like)
-    assert out == "{\n" + indent + '"a": 1,\n' + indent + '"b": {\n' + indent * 2 + '"c": 2\n' + indent + "}\n}\n"
+    assert (
+        out
+        == "{\n" + indent + '"a": 1,\n' + indent + '"b": {\n' + indent * 2 + '"c": 2\n' + indent + "}\n}\n"
+    )
 
 
 def test_dump_defaults_two_spaces_and_trailing_newline() -> None:
@@ -151,7 +155,9 @@ def test_mask_works_on_unparseable_text_and_escaped_values() -> None:
 # --------------------------------------------------------------------------------------------- property test
 
 OWNED_ENV = ("ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN")
-json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+)
 json_values = st.recursive(
     json_scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
@@ -177,8 +183,14 @@ def _unowned(doc: dict[str, Any]) -> str:
 
 @st.composite
 def tool_documents(draw: st.DrawFn) -> dict[str, Any]:
-    top = draw(st.dictionaries(st.text(max_size=10).filter(lambda k: k not in ("env", "model")), json_values, max_size=6))
-    env = draw(st.dictionaries(st.text(max_size=10).filter(lambda k: k not in OWNED_ENV), json_values, max_size=4))
+    top = draw(
+        st.dictionaries(
+            st.text(max_size=10).filter(lambda k: k not in ("env", "model")), json_values, max_size=6
+        )
+    )
+    env = draw(
+        st.dictionaries(st.text(max_size=10).filter(lambda k: k not in OWNED_ENV), json_values, max_size=4)
+    )
     if draw(st.booleans()):
         env["ANTHROPIC_BASE_URL"] = draw(st.text(max_size=5))  # an old owned value, position kept
     items = list(top.items())

@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from conduit.adapters import writer as writer_mod
 from conduit.adapters.base import SqliteTarget, TextTarget
 from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import json_target
 from conduit.adapters.writer import TMP_MARK, BackupStore, Writer
 from conftest import env_for_subprocess
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 KEY = "sk-live-0123456789abcdefXYZ"
 
@@ -85,7 +84,10 @@ def test_change_merges_and_keeps_other_keys(temp_home: Path) -> None:
     assert result.changed and result.error is None and result.backup is not None
     assert list(json.loads(path.read_text())) == ["permissions", "env", "hooks"]
     assert json.loads(path.read_text())["env"] == {"X": "1", "Y": "2"}
-    assert result.backup.read_text() == '{\n  "permissions": {"allow": ["Bash"]},\n  "env": {"X": "1"},\n  "hooks": {}\n}\n'
+    assert (
+        result.backup.read_text()
+        == '{\n  "permissions": {"allow": ["Bash"]},\n  "env": {"X": "1"},\n  "hooks": {}\n}\n'
+    )
 
 
 def test_symlink_stays_a_symlink_and_target_changes(temp_home: Path) -> None:
@@ -126,7 +128,9 @@ def test_stricter_mode_is_kept(temp_home: Path) -> None:
     path = temp_home / "globalState.json"
     path.write_text("{}\n")
     os.chmod(path, 0o400)
-    result = Writer(_store(temp_home)).apply("cline", json_target(path, _set(K="v"), secret_keys=(), mode=0o644))
+    result = Writer(_store(temp_home)).apply(
+        "cline", json_target(path, _set(K="v"), secret_keys=(), mode=0o644)
+    )
     assert result.error is None and result.notices == []
     assert _mode(path) == 0o400
 
@@ -146,7 +150,9 @@ def test_new_file_is_0600_under_umask_022_and_dir_0700(temp_home: Path) -> None:
 
 def test_missing_file_not_created_when_create_is_false(temp_home: Path) -> None:
     path = temp_home / "nodir" / "x.json"
-    result = Writer(_store(temp_home)).apply("t", json_target(path, _set(A="1"), secret_keys=(), create=False))
+    result = Writer(_store(temp_home)).apply(
+        "t", json_target(path, _set(A="1"), secret_keys=(), create=False)
+    )
     assert result.error is None and not result.changed and result.notices
     assert not path.parent.exists()
 
@@ -214,7 +220,9 @@ def test_unwritable_directory_is_an_error_and_nothing_is_lost() -> None:
             assert not os.access(directory, os.W_OK, effective_ids=True)
             result = writer.apply("t", json_target(path, _set(A="2"), secret_keys=()))
         assert result.error is not None and not result.changed
-        assert "Permission denied" in result.error and "writable" in result.error and str(path) in result.error
+        assert (
+            "Permission denied" in result.error and "writable" in result.error and str(path) in result.error
+        )
         assert path.read_text() == '{"env": {"A": "1"}}\n'
         assert _tmp_files(directory) == []
     finally:
@@ -230,7 +238,9 @@ def test_parent_that_is_a_regular_file_is_an_error(temp_home: Path) -> None:
     )
     assert result.error is not None and str(blocker) in result.error
     assert blocker.read_text() == "not a directory"
-    direct = Writer(_store(temp_home)).apply("cline", json_target(blocker / "x.json", _set(K="1"), secret_keys=()))
+    direct = Writer(_store(temp_home)).apply(
+        "cline", json_target(blocker / "x.json", _set(K="1"), secret_keys=())
+    )
     assert direct.error is not None and "not a directory" in direct.error
 
 
@@ -308,14 +318,18 @@ def test_error_messages_are_masked(temp_home: Path) -> None:
     def render(text: str | None) -> str:
         raise ToolFileError(f"bad value {KEY}")
 
-    result = Writer(_store(temp_home), secrets=[KEY]).apply("t", TextTarget(path=temp_home / "x", render=render))
+    result = Writer(_store(temp_home), secrets=[KEY]).apply(
+        "t", TextTarget(path=temp_home / "x", render=render)
+    )
     assert result.error is not None and KEY not in result.error and fingerprint(KEY) in result.error
 
 
 def test_stale_temp_files_of_dead_writers_are_removed(temp_home: Path) -> None:
     path = temp_home / "settings.json"
     path.write_text("{}\n")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead_pid = int(dead.stdout)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -484,7 +498,7 @@ def test_sqlite_commit_backup_and_noop(temp_home: Path, journal: str) -> None:
     _make_db(db, journal)
     store = _store(temp_home)
     result = Writer(store).apply("cc_switch", SqliteTarget(path=db, apply=_upsert('{"a": 1}')))
-    assert result.error is None and result.changed and "-> {\"a\": 1}" in result.diff
+    assert result.error is None and result.changed and '-> {"a": 1}' in result.diff
     assert _rows(db) == [("conduit", "claude", '{"a": 1}'), ("p1", "claude", "{}")]
     assert result.backup is not None and _mode(result.backup) == 0o600
     bconn = sqlite3.connect(result.backup)
@@ -493,7 +507,9 @@ def test_sqlite_commit_backup_and_noop(temp_home: Path, journal: str) -> None:
     again = Writer(store).apply("cc_switch", SqliteTarget(path=db, apply=_upsert('{"a": 1}')))
     assert again.error is None and not again.changed and again.backup is None
     assert len(store.list("cc_switch")) == 1
-    assert [p.name for p in (temp_home / "backups" / "cc_switch").iterdir() if p.name.startswith(".pending")] == []
+    assert [
+        p.name for p in (temp_home / "backups" / "cc_switch").iterdir() if p.name.startswith(".pending")
+    ] == []
     # Restore puts the rows back, and can itself be undone.
     assert store.restore("cc_switch") == [db]
     assert _rows(db) == [("p1", "claude", "{}")]
@@ -650,7 +666,9 @@ def _crash_after(k: int) -> Iterator[list[str]]:
     new_value=st.text(min_size=1, max_size=200),
     loose=st.booleans(),
 )
-def test_crash_at_every_os_call_leaves_old_or_new(old: dict[str, str] | None, new_value: str, loose: bool) -> None:
+def test_crash_at_every_os_call_leaves_old_or_new(
+    old: dict[str, str] | None, new_value: str, loose: bool
+) -> None:
     base = Path(tempfile.mkdtemp(prefix="conduit-crash-"))
     try:
         path = base / "tool" / "settings.json"
@@ -733,7 +751,10 @@ def test_real_sigkill_during_writes_leaves_a_whole_version(temp_home: Path) -> N
     for _ in range(8):
         proc = subprocess.Popen(
             [sys.executable, "-c", CRASH_LOOP, str(path), str(temp_home / "backups")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for_subprocess(temp_home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env_for_subprocess(temp_home),
         )
         try:
             assert proc.stdout is not None
