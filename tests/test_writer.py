@@ -347,6 +347,25 @@ def test_stale_temp_files_of_dead_writers_are_removed(temp_home: Path) -> None:
         live.wait()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another owner to start with")
+def test_owner_is_kept(temp_home: Path) -> None:
+    path = temp_home / "settings.json"
+    path.write_text("{}\n")
+    os.chown(path, 65534, 65534)
+    result = Writer(_store(temp_home)).apply("t", json_target(path, _set(A="1"), secret_keys=()))
+    assert result.error is None and result.changed
+    assert (os.stat(path).st_uid, os.stat(path).st_gid) == (65534, 65534)
+
+
+def test_hard_link_is_reported(temp_home: Path) -> None:
+    path = temp_home / "settings.json"
+    path.write_text("{}\n")
+    os.link(path, temp_home / "other-name.json")
+    result = Writer(_store(temp_home)).apply("t", json_target(path, _set(A="1"), secret_keys=()))
+    assert any("hard links" in n for n in result.notices)
+    assert (temp_home / "other-name.json").read_text() == "{}\n"
+
+
 # --------------------------------------------------------------------------------------------------- backups
 
 
@@ -451,6 +470,20 @@ def test_backup_failure_leaves_file_unchanged(temp_home: Path) -> None:
     )
     assert result.error is not None and not result.changed
     assert path.read_text() == "{}\n" and _tmp_files(temp_home) == []
+
+
+def test_corrupt_index_loses_no_backup_files(temp_home: Path) -> None:
+    path = temp_home / "settings.json"
+    path.write_text('{"n": 0}\n')
+    store = _store(temp_home)
+    Writer(store).apply("t", json_target(path, lambda d: {**d, "n": 1}, secret_keys=()))
+    first = store.list("t")[0]
+    (store.tool_dir("t") / "index.json").write_text("{ not json")
+    Writer(store).apply("t", json_target(path, lambda d: {**d, "n": 2}, secret_keys=()))
+    assert first.file.exists()  # unindexed now, but not deleted
+    assert [b.seq for b in store.list("t")] == [first.seq + 1]
+    store.restore("t")
+    assert json.loads(path.read_text()) == {"n": 1}
 
 
 def test_default_backup_root_follows_home(temp_home: Path) -> None:
