@@ -212,6 +212,27 @@ def _fill_tmp(tmp: Path, data: bytes, mode: int, owner: tuple[int, int] | None, 
         os.close(fd)
 
 
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and every missing parent with mode 0700, whatever the umask
+    (``os.makedirs`` gives only the last one its mode). Existing directories are left as they are.
+    Raises OSError."""
+    missing: list[Path] = []
+    probe = directory
+    while not probe.is_dir():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -334,7 +355,7 @@ class BackupStore:
     @contextlib.contextmanager
     def _locked(self, tool: str) -> Iterator[Path]:
         directory = self.tool_dir(tool)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_private_dirs(directory)
         fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -458,7 +479,7 @@ class BackupStore:
         SQLite answers SQLITE_LOCKED.) Raises OSError, sqlite3.Error.
         """
         directory = self.tool_dir(tool)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_private_dirs(directory)
         pending = directory / f".pending-{os.getpid()}-{_secrets.token_hex(4)}"
         os.close(os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         try:
@@ -771,7 +792,7 @@ class Writer:
                 f"cannot create {shown}: {parent} exists and is not a directory",
                 hint="move that file away or fix the path; conduit changed nothing",
             )
-        os.makedirs(parent, mode=0o700, exist_ok=True)
+        make_private_dirs(parent)
 
     # -- sqlite ------------------------------------------------------------------------------------------
 

@@ -144,7 +144,7 @@ def test_new_file_is_0600_under_umask_022_and_dir_0700(temp_home: Path) -> None:
         os.umask(old)
     assert result.error is None and result.changed and result.backup is None
     assert _mode(path) == 0o600
-    assert _mode(path.parent) == 0o700
+    assert _mode(path.parent) == 0o700 and _mode(path.parent.parent) == 0o700
     assert result.diff.startswith("--- /dev/null")
 
 
@@ -382,7 +382,7 @@ def test_backups_are_private_kept_to_n_and_listed_newest_first(temp_home: Path) 
     assert all(b.path == path and b.kind == "text" and b.size == b.file.stat().st_size for b in backups)
     assert backups[0].created >= backups[1].created >= backups[2].created
     assert all(_mode(b.file) == 0o600 for b in backups)
-    assert _mode(store.tool_dir("claude_code")) == 0o700
+    assert _mode(store.tool_dir("claude_code")) == 0o700 and _mode(store.root) == 0o700
     assert backups[0].id.endswith("--settings.json") and backups[0].id[8] == "T"
     files = sorted(p.name for p in store.tool_dir("claude_code").iterdir() if not p.name.startswith("."))
     assert files == sorted([b.id for b in backups] + ["index.json"])
