@@ -26,10 +26,10 @@ _PARSE_HINT = "the tool itself would ignore this whole file; fix it by hand, con
 
 def _describe(text: str, err: json.JSONDecodeError) -> str:
     """Name the likely cause of a JSON error at ``err.pos`` (comment, trailing comma) in words."""
-    rest = text[err.pos:]
+    rest = text[err.pos :]
     if rest.startswith("//") or rest.startswith("/*") or rest.startswith("#"):
         return "a comment (JSON allows none)"
-    before = text[:err.pos].rstrip()
+    before = text[: err.pos].rstrip()
     if before.endswith(",") and rest[:1] in ("}", "]"):
         return "a trailing comma (JSON allows none)"
     if text.startswith("\ufeff"):
