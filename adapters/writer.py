@@ -562,7 +562,7 @@ class BackupStore:
             if len(chosen) != 1:
                 what = "matches no backup" if not chosen else f"matches {len(chosen)} backups"
                 raise ToolFileError(
-                    f"{backup_id!r} {what} of {tool}", hint=f"see `conduit backups {tool}` for the ids"
+                    f"{backup_id!r} {what} of {tool}", hint=f"see `conduit restore {tool} --list` for the ids"
                 )
         else:
             newest = entries[0].batch

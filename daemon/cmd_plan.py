@@ -12,10 +12,11 @@ from dataclasses import asdict
 from typing import Any
 
 import typer
-from conduit.daemon import ledger as L
-from conduit.daemon.cli import app
 from rich.console import Console
 from rich.table import Table
+
+from conduit.daemon import ledger as L
+from conduit.daemon.cli import app
 
 
 def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int] | None = None,

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import dump_json, json_target, mask_json_keys, parse_json_object
 from conduit.adapters.writer import BackupStore, Writer
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 P = Path("/home/u/.claude/settings.json")
 

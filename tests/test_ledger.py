@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import env_for_subprocess
+
 from conduit.daemon import ledger as L
 from conduit.daemon.cmd_plan import run_plan
 from conduit.daemon.ledger import GiB, ModelError, PlanArgumentError, Verdict
-from conftest import env_for_subprocess
 
 # Published configurations (the fields the ledger reads), from the models' config.json on the HF hub.
 LLAMA2_7B = {  # meta-llama/Llama-2-7b-hf

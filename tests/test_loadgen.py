@@ -473,6 +473,23 @@ def test_cli_anthropic_with_key_file(server: ScriptedServer, run_cli, tmp_path: 
     assert server.seen[0].headers["x-api-key"] == KEY
 
 
+def test_cli_channel_from_profile(server: ScriptedServer, run_cli, temp_home: Path) -> None:
+    """--channel takes the base URL (rendered per protocol), the key and the model from the profile."""
+    from toolfiles import write_profile
+
+    write_profile(temp_home, server.root + "/v1/", key_text=f"Bearer {KEY}\n", model="prof-model")
+    rc, out, err = run_cli("--channel", "gw", "--requests", "1", "--concurrency", "1", "--max-tokens", "2")
+    assert rc == 0, err
+    assert server.seen[0].path == "/v1/chat/completions"
+    assert server.seen[0].headers["authorization"] == f"Bearer {KEY}"
+    assert server.seen[0].body["model"] == "prof-model"
+    rc, out, err = run_cli("--channel", "gw", "--protocol", "anthropic", "--requests", "1", "--concurrency", "1")
+    assert rc == 0, err
+    assert server.seen[-1].path == "/v1/messages"
+    rc, out, err = run_cli("--channel", "nope")
+    assert rc == 1 and "no channel `nope`" in err
+
+
 def test_cli_all_requests_failing_exits_1(run_cli) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -487,9 +504,9 @@ def test_cli_all_requests_failing_exits_1(run_cli) -> None:
     (["--base-url", "http://h/v1", "--model", "m", "--key-env", "A", "--key-file", "f"], 3, "one of"),
     (["--model", "m"], 3, "--base-url"),
     (["--base-url", "http://h/v1"], 3, "model"),
-    (["--channel", "local"], 1, "channel lookup not wired yet"),
+    (["--channel", "local"], 1, "conduit init"),
     (["--base-url", "http://h", "--protocol", "anthropic", "--model", "m", "--ignore-eos"], 1, "vLLM extension"),
-    (["--base-url", "http://h/v1", "--model", "m", "--key-env", "NOPE_UNSET"], 1, "NOPE_UNSET is unset"),
+    (["--base-url", "http://h/v1", "--model", "m", "--key-env", "NOPE_UNSET"], 1, "NOPE_UNSET is not set"),
 ])
 def test_cli_bad_input_is_a_message_not_a_traceback(run_cli, args: list[str], code: int, needle: str) -> None:
     rc, out, err = run_cli(*args)
@@ -500,7 +517,7 @@ def test_cli_bad_input_is_a_message_not_a_traceback(run_cli, args: list[str], co
 def test_cli_refuses_a_wrapped_key_without_printing_it(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCH_KEY", "sk-test-ab\ncd")
     rc, out, err = run_cli("--base-url", "http://h/v1", "--model", "m", "--key-env", "BENCH_KEY")
-    assert rc == 1 and "line break at position 10" in err and "sk-test-ab" not in out + err
+    assert rc == 1 and "line break (U+000A) at position 10" in err and "sk-test-ab" not in out + err
     monkeypatch.setenv("BENCH_KEY", "sk-test-abcd\u2211x")
     rc, out, err = run_cli("--base-url", "http://h/v1", "--model", "m", "--key-env", "BENCH_KEY")
     assert rc == 1 and "U+2211 at position 12" in err

@@ -25,14 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import env_for_subprocess
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from conduit.adapters import writer as writer_mod
 from conduit.adapters.base import SqliteTarget, TextTarget
 from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import json_target
 from conduit.adapters.writer import TMP_MARK, BackupStore, Writer
-from conftest import env_for_subprocess
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 KEY = "sk-live-0123456789abcdefXYZ"
 
