@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import tomlkit
-from pydantic import BaseModel, ConfigDict
-
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
+from pydantic import BaseModel, ConfigDict
 
 PROVIDER_ID = "conduit"
 KEY_VAR = "CONDUIT_API_KEY"
@@ -62,6 +61,22 @@ def codex_home(env: Env) -> Path:
     return Path(base).expanduser() if base else env.home / ".codex"
 
 
+def _set_root(doc: tomlkit.TOMLDocument, key: str, value: str) -> None:
+    """Set a root key; a new one goes right after the last root key (not after a table's leading comment)."""
+    if key in doc:
+        if doc[key] != value:
+            doc[key] = value
+        return
+    roots = [k for k, v in doc.items() if not isinstance(v, tomlkit.items.Table | tomlkit.items.AoT)]
+    try:
+        if roots:
+            doc._insert_after(roots[-1], key, value)  # tomlkit's Container API: keeps the order a person reads
+            return
+    except Exception:  # an older or newer tomlkit without it: plain assignment is still valid TOML
+        pass
+    doc[key] = value
+
+
 class Codex:
     """Adapter for Codex CLI's config.toml (and its ``.env`` for the key)."""
 
@@ -88,8 +103,8 @@ class Codex:
                                   "base_url": settings.root.openai_base(), "wire_api": opts.wire_api}
 
         def transform(doc: tomlkit.TOMLDocument) -> None:
-            doc["model_provider"] = PROVIDER_ID
-            doc["model"] = settings.model
+            _set_root(doc, "model", settings.model)
+            _set_root(doc, "model_provider", PROVIDER_ID)
             providers = doc.get("model_providers")
             if providers is None:
                 providers = tomlkit.table(is_super_table=True)
@@ -97,6 +112,10 @@ class Codex:
             table = providers.get(PROVIDER_ID)
             if table is None:
                 table = tomlkit.table()
+                for k, v in wanted.items():
+                    table[k] = v
+                table["env_key" if not inline else "experimental_bearer_token"] = KEY_VAR if not inline else key
+                table.add(tomlkit.nl())
                 providers[PROVIDER_ID] = table
             for k, v in wanted.items():
                 if table.get(k) != v:

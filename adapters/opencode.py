@@ -22,10 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
 from conduit.adapters.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
+from pydantic import BaseModel, ConfigDict
 
 PROVIDER_ID = "conduit"
 KEY_VAR = "CONDUIT_API_KEY"
@@ -59,7 +58,9 @@ def config_file(env: Env) -> Path:
 
 def key_file(channel: str) -> Path:
     """conduit's own key file for tools that reference a key by path: ``<conduit config>/tool-keys/<channel>.key``."""
-    from conduit.daemon.paths import config_dir as conduit_config  # lazy: adapters do not import daemon at load
+    from conduit.daemon.paths import (
+        config_dir as conduit_config,  # lazy: adapters do not import daemon at load
+    )
 
     return conduit_config() / "tool-keys" / f"{channel}.key"
 

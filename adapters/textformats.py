@@ -48,9 +48,8 @@ def mask_assignments(text: str, secret_names: Collection[str]) -> str:
     if not secret_names:
         return text
     names = "|".join(re.escape(n) for n in secret_names)
-    pattern = re.compile(
-        r"""(?P<head>(?:^|[\s{,"'])(?:export\s+)?(?:%s)["']?\s*[:=]\s*)(?P<q>["']?)(?P<v>[^"'\s#,}]+)(?P=q)"""
-        % names, re.MULTILINE)
+    head = r"""(?P<head>(?:^|[\s{,"'])(?:export\s+)?(?:""" + names + r""")["']?\s*[:=]\s*)"""
+    pattern = re.compile(head + r"""(?P<q>["']?)(?P<v>[^"'\s#,{}][^"'\s#,}]*)(?P=q)""", re.MULTILINE)
     return pattern.sub(lambda m: f"{m.group('head')}{m.group('q')}{fingerprint(m.group('v'))}{m.group('q')}",
                        text)
 
@@ -233,7 +232,8 @@ def set_dotenv(text: str | None, wanted: Mapping[str, str | None]) -> str:
             out.append(line)
         else:
             rest = m.group("rest")
-            comment = "" if quote else (re.search(r"\s+#.*$", rest) or re.match("", "")).group(0)
+            found = None if quote else re.search(r"\s+#.*$", rest)
+            comment = found.group(0) if found else ""
             out.append(f"{m.group('lead')}{name}{m.group('eq')}{_dotenv_render(value, quote)}{comment}"
                        f"{m.group('nl') or ''}")
     missing = [(n, v) for n, v in wanted.items() if v is not None and n not in seen]
