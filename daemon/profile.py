@@ -45,7 +45,7 @@ from conduit.daemon import paths
 from conduit.daemon.keys import KeySource, key_source_from
 from conduit.daemon.normalize import normalize_base_url
 
-ProtocolName = Literal["openai", "anthropic"]
+ProtocolName = Literal["openai", "anthropic", "gemini"]
 
 
 class Channel(BaseModel):
@@ -221,7 +221,7 @@ def _allowed_keys(parent: Sequence[Any]) -> list[str]:
     if parent[0] == "channels" and len(parent) == 3 and parent[2] == "key":
         return list(KeySource.model_fields)
     if parent[0] == "channels" and len(parent) == 3 and parent[2] == "base_urls":
-        return ["openai", "anthropic"]
+        return ["openai", "anthropic", "gemini"]
     return []
 
 
