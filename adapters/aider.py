@@ -21,10 +21,11 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import parse_yaml, read_dotenv, tool_version, yaml_target
-from pydantic import BaseModel, ConfigDict
 
 SECRETS = ("openai-api-key",)
 ENV_OVERRIDES = {"openai-api-base": "AIDER_OPENAI_API_BASE", "model": "AIDER_MODEL",

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import tomlkit
+from pydantic import BaseModel, ConfigDict
+
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
-from pydantic import BaseModel, ConfigDict
 
 PROVIDER_ID = "conduit"
 KEY_VAR = "CONDUIT_API_KEY"

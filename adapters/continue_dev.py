@@ -18,10 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings, Unsupported
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import parse_yaml, yaml_target
-from pydantic import BaseModel, ConfigDict
 
 ENTRY_NAME = "conduit"
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv, tool_version
-from pydantic import BaseModel, ConfigDict
 
 ENV_VARS = ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GEMINI_MODEL")
 SECRETS = ("GEMINI_API_KEY",)

@@ -22,9 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
 from conduit.adapters.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
-from pydantic import BaseModel, ConfigDict
 
 PROVIDER_ID = "conduit"
 KEY_VAR = "CONDUIT_API_KEY"

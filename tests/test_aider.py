@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import toolsamples
-from conduit.adapters.base import Env
-from conduit.daemon.doctor import doctor
 from ruamel.yaml import YAML
 from toolfiles import lifecycle, write_profile
+
+from conduit.adapters.base import Env
+from conduit.daemon.doctor import doctor
 
 
 def _load(text: str) -> dict:

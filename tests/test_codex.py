@@ -6,10 +6,11 @@ from pathlib import Path
 
 import tomlkit
 import toolsamples
+from toolfiles import lifecycle, run_sync, write_profile
+
 from conduit.adapters.base import Env
 from conduit.adapters.textformats import read_dotenv
 from conduit.daemon.doctor import doctor
-from toolfiles import lifecycle, run_sync, write_profile
 
 OWNED_ROOT = {"model", "model_provider"}
 

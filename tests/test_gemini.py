@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import toolsamples
+from toolfiles import lifecycle, run_sync
+
 from conduit.adapters.base import Env
 from conduit.adapters.textformats import parse_jsonc, read_dotenv
 from conduit.daemon.doctor import doctor
-from toolfiles import lifecycle, run_sync
 
 
 def test_fixture_survives_only_owned_keys_change(temp_home: Path) -> None:

@@ -20,9 +20,10 @@ import openai
 import pytest
 import tomlkit
 import toolsamples
-from conduit.adapters.textformats import parse_jsonc, read_dotenv
 from ruamel.yaml import YAML
 from toolfiles import cline_gen_c, lifecycle, run_sync, write_profile
+
+from conduit.adapters.textformats import parse_jsonc, read_dotenv
 
 
 @dataclass(frozen=True)

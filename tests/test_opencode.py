@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import toolsamples
-from conduit.adapters.textformats import parse_jsonc
 from toolfiles import lifecycle, run_sync, write_profile
+
+from conduit.adapters.textformats import parse_jsonc
 
 
 def test_fixture_survives_only_owned_keys_change(temp_home: Path) -> None:
