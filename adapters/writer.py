@@ -744,6 +744,7 @@ class Writer:
             new_bytes = new.encode("utf-8")
             if data is not None and new_bytes == data:
                 result.changed, result.diff = False, ""
+                self._tighten_only(real, st, target.mode, result)
                 return
             result.changed = True
             result.diff = self._diff(target, current, new)
@@ -781,6 +782,18 @@ class Writer:
             f"{target.path} kept changing while conduit tried to update it ({MAX_RENDERS} attempts)",
             hint="another program is rewriting it; sync again when it is idle. conduit left it unchanged",
         )
+
+    def _tighten_only(self, real: Path, st: os.stat_result | None, wanted: int, result: WriteResult) -> None:
+        """Content already right, but a file holding a key may still be too open (case C17): chmod only."""
+        mode, notices = _mode_for(st, wanted)
+        if not notices or st is None:
+            return
+        result.changed = True
+        if self.dry_run:
+            result.notices.extend(n.replace("tightened mode", "would tighten mode") for n in notices)
+            return
+        os.chmod(real, mode)
+        result.notices.extend(notices)
 
     @staticmethod
     def _make_parent(real: Path, shown: Path) -> None:

@@ -104,3 +104,14 @@ def test_generation_a_unsupported(temp_home: Path) -> None:
     write_profile(temp_home, tools=("cline",))
     (report,) = run_sync(temp_home).tools
     assert report.status == "unsupported" and ">= 3.66" in (report.message or "")
+
+
+def test_c17_mode_tightened_even_when_content_is_already_right(temp_home: Path) -> None:
+    _, secrets = cline_gen_b(temp_home)
+    write_profile(temp_home, tools=("cline",))
+    run_sync(temp_home)
+    secrets.chmod(0o644)
+    report = run_sync(temp_home)
+    assert secrets.stat().st_mode & 0o777 == 0o600
+    assert report.tools[0].status == "changed"
+    assert lifecycle(temp_home).tools[0].status == "unchanged"
