@@ -16,6 +16,7 @@ the old key or model back. Facts (shared/formats/cc-switch.md, read from farion1
 
 from __future__ import annotations
 
+import difflib
 import json
 import sqlite3
 import time
@@ -55,7 +56,16 @@ def provider_id(channel: str) -> str:
 
 def _masked_config(config: dict[str, Any]) -> str:
     env = {k: (fingerprint(v) if k in SECRET_VARS else v) for k, v in (config.get("env") or {}).items()}
-    return json.dumps({**config, "env": env}, ensure_ascii=False, sort_keys=False)
+    return json.dumps({**config, "env": env}, ensure_ascii=False, indent=2)
+
+
+def _row_diff(pid: str, old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """A unified diff of a provider row's settings_config (keys masked), like the diffs of text files."""
+    before = _masked_config(old).splitlines() if old is not None else []
+    after = _masked_config(new).splitlines()
+    name = f"cc-switch.db providers[{pid}, {APP_TYPE}].settings_config"
+    return list(difflib.unified_diff(before, after, fromfile="/dev/null" if old is None else name, tofile=name,
+                                     lineterm=""))
 
 
 class CCSwitch:
@@ -175,19 +185,18 @@ def _row_writer(settings: ToolSettings, pid: str, make_current: bool):
                 ).fetchone()[0]
             conn.execute(f"INSERT INTO providers ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                          tuple(values.values()))
-            changes.append(f"+ provider {pid} ({APP_TYPE}): {_masked_config(config)}")
+            changes += _row_diff(pid, None, config)
         elif (row[0], config, meta) != (name, old_config, old_meta):
             # UPDATE, never INSERT OR REPLACE: a replace deletes the row's provider_endpoints (ON DELETE CASCADE).
             conn.execute("UPDATE providers SET name = ?, settings_config = ?, meta = ? WHERE id = ? AND app_type = ?",
                          (name, json.dumps(config, ensure_ascii=False), json.dumps(meta), pid, APP_TYPE))
-            changes.append(f"- provider {pid}: {_masked_config(old_config)}")
-            changes.append(f"+ provider {pid}: {_masked_config(config)}")
+            changes += _row_diff(pid, old_config, config)
         if make_current:
             others = conn.execute("SELECT id FROM providers WHERE app_type = ? AND is_current AND id != ?",
                                   (APP_TYPE, pid)).fetchall()
             if others or row is None or not row[3]:
                 conn.execute("UPDATE providers SET is_current = (id = ?) WHERE app_type = ?", (pid, APP_TYPE))
-                changes.append(f"  current {APP_TYPE} provider: {', '.join(o[0] for o in others) or '(none)'} -> {pid}")
+                changes.append(f"current {APP_TYPE} provider: {', '.join(o[0] for o in others) or '(none)'} -> {pid}")
         return changes
 
     return apply

@@ -169,10 +169,11 @@ class Cline:
             entry = dict(providers.get(PROVIDER_ID) or {})
             old = entry.get("settings") if isinstance(entry.get("settings"), dict) else {}
             new = {**old, **wanted}
+            # Cline's own key order for a new entry: settings, updatedAt, tokenSource.
+            entry = {"settings": new, **{k: v for k, v in entry.items() if k != "settings"}}
             if new != old or "updatedAt" not in entry:
                 # Only a real change moves updatedAt, so an unchanged profile writes nothing.
                 entry["updatedAt"] = utc_stamp()
-            entry["settings"] = new
             entry.setdefault("tokenSource", "manual")
             providers[PROVIDER_ID] = entry
             doc["providers"] = providers

@@ -25,7 +25,8 @@ from rich.table import Table
 from conduit.adapters.errors import fingerprint
 from conduit.daemon.samples import CLAUDE_SETTINGS, cc_switch_db, claude_settings, cline_gen_c
 
-console = Console(highlight=False)
+# A pipe gets rich's 80 columns, too narrow for the state tables; a terminal keeps its own width.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 
 
 def _run(home: Path, *args: str, stdin: str | None = None, shown: str | None = None) -> int:

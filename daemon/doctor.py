@@ -50,7 +50,7 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> di
             entry["state"] = "not_managed"
         else:
             entry["state"] = _STATE.get(tr.status, tr.status)
-            entry["diff"] = "".join(r.diff for r in tr.results if r.diff)
+            entry["diff"] = "\n".join(r.diff for r in tr.results if r.diff)
             entry["message"] = tr.message
             entry["restart_hint"] = adapter.restart_hint
             if entry["state"] in ("drifted", "error", "unsupported"):
