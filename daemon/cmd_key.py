@@ -9,6 +9,7 @@ argument: arguments land in shell history and in ``ps`` for every user of the ma
 from __future__ import annotations
 
 import getpass
+import json
 import sys
 from typing import Annotated
 
@@ -62,9 +63,12 @@ def set_(
 
 
 @key_app.command("list")
-def list_() -> None:
+def list_(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """List stored key names with fingerprints (never the keys)."""
     rows = key_list()
+    if as_json:
+        typer.echo(json.dumps({"keys": [{"name": n, "fingerprint": fp} for n, fp in rows]}))
+        return
     if not rows:
         typer.echo("no keys stored (add one with `conduit key set NAME`)")
         return

@@ -163,6 +163,7 @@ def restore_cmd(
     tool: str = typer.Argument(..., help=f"Tool whose files to restore: {', '.join(ADAPTERS)}."),
     list_only: bool = typer.Option(False, "--list", help="List the backups instead of restoring."),
     backup_id: str | None = typer.Option(None, "--id", help="Restore this backup (default: the newest)."),
+    as_json: bool = typer.Option(False, "--json", help="With --list: machine-readable output."),
 ) -> int:
     """Restore a tool's files from conduit's backups (the restore itself is backed up, so it can be undone)."""
     if tool not in ADAPTERS:
@@ -170,6 +171,11 @@ def restore_cmd(
     store = BackupStore()
     if list_only:
         backups = store.list(tool)
+        if as_json:
+            out.print_json(json.dumps({"tool": tool, "backups": [
+                {"id": b.id, "created": b.created.isoformat(), "path": str(b.path), "size": b.size, "kind": b.kind}
+                for b in backups]}))
+            return 0
         if not backups:
             out.print(f"no backups for {tool} in {paths.backups_dir() / tool}")
             return 0
