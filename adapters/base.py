@@ -20,6 +20,10 @@ from typing import Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 Protocol_ = Literal["openai", "anthropic"]
+
+# Written in place of a key for a channel that needs none (a local vLLM without --api-key): the tools'
+# SDKs refuse an empty key, and such a server accepts any.
+NO_KEY = "no-key-needed"
 AuthStyle = Literal["bearer", "x-api-key"]
 
 

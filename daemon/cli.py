@@ -25,24 +25,45 @@ app = typer.Typer(
 EXIT_BAD_ARGS = 3
 
 
+class _State:
+    """Options given before the command (``conduit --profile PATH sync``)."""
+
+    profile: str | None = None
+
+
+state = _State()
+
+
+@app.callback()
+def _root(
+    profile: str | None = typer.Option(
+        None, "--profile", envvar="CONDUIT_PROFILE", help="Profile file (default ~/.config/conduit/profile.toml)."
+    ),
+) -> None:
+    state.profile = profile
+
+
 def _register_commands() -> None:
     """Import the command modules; each calls ``app.command``/``app.add_typer`` on import."""
     from conduit.daemon import commands  # noqa: F401
 
 
+# typer >= 0.26 vendors click, so its usage-error class is reached through a public subclass rather than
+# imported from a `click` package that may not be installed.
+UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Maps usage errors to exit code 3 and ConduitError to its own code."""
-    import click
-
     _register_commands()
     try:
         rv = app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as exc:  # typer.Exit
-        return exc.exit_code
-    except click.UsageError as exc:
-        exc.show()
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except UsageError as exc:
+        exc.show()  # type: ignore[attr-defined]
         return EXIT_BAD_ARGS
-    except click.Abort:
+    except typer.Abort:
         print("aborted", file=sys.stderr)
         return 1
     except ConduitError as exc:

@@ -1,0 +1,222 @@
+"""CC Switch: keep one provider per conduit channel in its store, and mark it current.
+
+If conduit changed Claude Code's files but not CC Switch's store, the user's next click in CC Switch would bring
+the old key or model back. Facts (shared/formats/cc-switch.md, read from farion1231/cc-switch v3.20):
+- v3.8+: SQLite ``<dir>/cc-switch.db`` (``PRAGMA user_version`` 17 in v3.20). Never create it, never change
+  ``user_version``. Table ``providers`` has primary key ``(id, app_type)``; ``provider_endpoints`` references it
+  with ON DELETE CASCADE, so ``INSERT OR REPLACE`` would silently drop endpoints: upsert with
+  ``ON CONFLICT ... DO UPDATE``. ``created_at`` is epoch milliseconds. ``meta.apiKeyField =
+  "ANTHROPIC_API_KEY"`` switches Claude auth to x-api-key. One row per ``app_type`` has ``is_current = 1``.
+- The current provider has a second layer that wins: ``<dir>/settings.json`` key ``currentProviderClaude``.
+  The running app caches that layer and may write it back: change it while the app is closed, or restart it.
+- v3.0-3.7: JSON ``<dir>/config.json`` ``{"version": 2, "claude": {"providers": {id: {id, name,
+  settingsConfig}}, "current": id}}``; renamed ``config.json.migrated`` once the database exists.
+- CC Switch stores what it is given, so values must already be normalized: no ``/v1`` in a Claude base URL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import Env, NotFound, SqliteTarget, Target, ToolSettings
+from conduit.adapters.claude_code import SECRET_VARS, anthropic_env, merge_env
+from conduit.adapters.errors import ToolFileError, fingerprint
+from conduit.adapters.jsonfile import json_target, read_json_quietly
+
+APP_TYPE = "claude"
+KNOWN_SCHEMA = 17
+PROVIDER_COLUMNS = {"id", "app_type", "name", "settings_config", "meta", "is_current", "created_at"}
+
+
+class CCSwitchOptions(BaseModel):
+    """``[tools.cc_switch]`` options.
+
+    Attributes:
+        dir: CC Switch's data directory when moved by its own path setting (default ``~/.cc-switch``).
+        make_current: mark conduit's provider current in both layers (default true).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    dir: str | None = None
+    make_current: bool = True
+
+
+def provider_id(channel: str) -> str:
+    """The stable provider id conduit owns for a channel: ``conduit-<channel>``."""
+    return f"conduit-{channel}"
+
+
+def _masked_config(config: dict[str, Any]) -> str:
+    env = {k: (fingerprint(v) if k in SECRET_VARS else v) for k, v in (config.get("env") or {}).items()}
+    return json.dumps({**config, "env": env}, ensure_ascii=False, sort_keys=False)
+
+
+class CCSwitch:
+    """Adapter for CC Switch's provider store (SQLite v3.8+, or legacy config.json)."""
+
+    name: ClassVar[str] = "cc_switch"
+    display_name: ClassVar[str] = "CC Switch"
+    protocol: ClassVar = "anthropic"
+    owned_keys: ClassVar = (
+        "cc-switch.db providers row (conduit-<channel>, claude): name, settings_config.env (same keys as "
+        "Claude Code), meta.apiKeyField, is_current",
+        "settings.json: currentProviderClaude",
+        "config.json (v3.0-3.7): claude.providers.conduit-<channel>, claude.current",
+    )
+    restart_hint: ClassVar = ("restart CC Switch if it is running: it caches the current provider and may "
+                              "write its old choice back")
+    Options: ClassVar[type[BaseModel]] = CCSwitchOptions
+
+    @staticmethod
+    def store_dir(env: Env, options: dict[str, Any] | None = None) -> Path:
+        """``[tools.cc_switch] dir`` or ``~/.cc-switch``."""
+        d = (options or {}).get("dir")
+        return Path(str(d)).expanduser() if d else env.home / ".cc-switch"
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """The provider row (or legacy JSON entry) and the current-provider layer. Raises NotFound when CC Switch's
+        store is missing (conduit never creates it)."""
+        opts = CCSwitchOptions.model_validate(dict(settings.options))
+        d = self.store_dir(env, dict(settings.options))
+        db = d / "cc-switch.db"
+        pid = provider_id(settings.channel)
+        if db.exists():
+            targets: list[Target] = [SqliteTarget(db, _row_writer(settings, pid, opts.make_current), label="cc-switch.db")]
+            if opts.make_current:
+                def current(doc: dict[str, Any]) -> dict[str, Any]:
+                    doc["currentProviderClaude"] = pid
+                    return doc
+
+                targets.append(json_target(d / "settings.json", current, secret_keys=(), mode=0o600,
+                                           label="settings.json"))
+            return targets
+        legacy = d / "config.json"
+        if legacy.exists():
+            return [json_target(legacy, _legacy_transform(settings, pid, opts.make_current),
+                                secret_keys=SECRET_VARS, label="config.json")]
+        raise NotFound(f"CC Switch not found: no {db} (v3.8+) and no {legacy} (v3.0-3.7); conduit never creates "
+                       "CC Switch's store. Install and start CC Switch once, or set [tools.cc_switch] dir")
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Facts for doctor: store kind, schema version, conduit rows, current provider in both layers."""
+        d = self.store_dir(env)
+        db = d / "cc-switch.db"
+        out: dict[str, Any] = {"dir": str(d), "running": _cc_switch_running()}
+        if db.exists():
+            out["store"] = "sqlite"
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=2) as conn:
+                    out["schema"] = conn.execute("PRAGMA user_version").fetchone()[0]
+                    rows = conn.execute("SELECT id, name, is_current FROM providers WHERE app_type = ?",
+                                        (APP_TYPE,)).fetchall()
+                out["providers"] = [{"id": r[0], "name": r[1], "is_current": bool(r[2])} for r in rows]
+            except sqlite3.Error as exc:
+                out["error"] = f"cannot read {db}: {exc}"
+            layer2, err = read_json_quietly(d / "settings.json")
+            out["currentProviderClaude"] = layer2.get("currentProviderClaude")
+            out["settings_error"] = err
+        elif (d / "config.json").exists():
+            out["store"] = "config.json"
+            doc, err = read_json_quietly(d / "config.json")
+            out["current"] = (doc.get("claude") or {}).get("current")
+            out["parse_error"] = err
+        else:
+            out["store"] = None
+        return out
+
+
+def _cc_switch_running() -> bool:
+    for proc in psutil.process_iter(["name"]):
+        name = (proc.info.get("name") or "").lower()
+        if "cc-switch" in name or name == "cc switch":
+            return True
+    return False
+
+
+def _row_writer(settings: ToolSettings, pid: str, make_current: bool):
+    """Build the SqliteTarget.apply function: upsert conduit's row, keep every column conduit does not own."""
+    wanted_env = anthropic_env(settings)
+    name = f"conduit: {settings.channel}"
+
+    def apply(conn: sqlite3.Connection, dry_run: bool) -> list[str]:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(providers)")}
+        if not PROVIDER_COLUMNS <= cols:
+            missing = ", ".join(sorted(PROVIDER_COLUMNS - cols))
+            raise ToolFileError(f"CC Switch database has no providers column(s) {missing}",
+                                "this CC Switch version is not supported; upgrade it to v3.8 or later")
+        row = conn.execute("SELECT name, settings_config, meta, is_current FROM providers "
+                           "WHERE id = ? AND app_type = ?", (pid, APP_TYPE)).fetchone()
+        changes: list[str] = []
+        old_config = _loads(row[1]) if row else {}
+        config = dict(old_config)
+        config["env"] = merge_env(old_config.get("env"), wanted_env)
+        old_meta = _loads(row[2]) if row else {}
+        meta = dict(old_meta)
+        if settings.auth == "x-api-key":
+            meta["apiKeyField"] = "ANTHROPIC_API_KEY"
+        else:
+            meta.pop("apiKeyField", None)
+        if row is None:
+            values: dict[str, Any] = {
+                "id": pid, "app_type": APP_TYPE, "name": name, "settings_config": json.dumps(config, ensure_ascii=False),
+                "meta": json.dumps(meta), "is_current": 0, "created_at": int(time.time() * 1000)}  # epoch ms
+            if "category" in cols:
+                values["category"] = "custom"
+            if "sort_index" in cols:
+                values["sort_index"] = conn.execute(
+                    "SELECT COALESCE(MAX(sort_index), 0) + 1 FROM providers WHERE app_type = ?", (APP_TYPE,)
+                ).fetchone()[0]
+            conn.execute(f"INSERT INTO providers ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                         tuple(values.values()))
+            changes.append(f"+ provider {pid} ({APP_TYPE}): {_masked_config(config)}")
+        elif (row[0], config, meta) != (name, old_config, old_meta):
+            # UPDATE, never INSERT OR REPLACE: a replace deletes the row's provider_endpoints (ON DELETE CASCADE).
+            conn.execute("UPDATE providers SET name = ?, settings_config = ?, meta = ? WHERE id = ? AND app_type = ?",
+                         (name, json.dumps(config, ensure_ascii=False), json.dumps(meta), pid, APP_TYPE))
+            changes.append(f"- provider {pid}: {_masked_config(old_config)}")
+            changes.append(f"+ provider {pid}: {_masked_config(config)}")
+        if make_current:
+            others = conn.execute("SELECT id FROM providers WHERE app_type = ? AND is_current AND id != ?",
+                                  (APP_TYPE, pid)).fetchall()
+            if others or row is None or not row[3]:
+                conn.execute("UPDATE providers SET is_current = (id = ?) WHERE app_type = ?", (pid, APP_TYPE))
+                changes.append(f"  current {APP_TYPE} provider: {', '.join(o[0] for o in others) or '(none)'} -> {pid}")
+        return changes
+
+    return apply
+
+
+def _loads(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _legacy_transform(settings: ToolSettings, pid: str, make_current: bool):
+    wanted_env = anthropic_env(settings)
+
+    def transform(doc: dict[str, Any]) -> dict[str, Any]:
+        claude = doc.get("claude") if isinstance(doc.get("claude"), dict) else {}
+        providers = claude.get("providers") if isinstance(claude.get("providers"), dict) else {}
+        entry = dict(providers.get(pid) or {})
+        entry.setdefault("id", pid)
+        entry["name"] = f"conduit: {settings.channel}"
+        config = entry.get("settingsConfig") if isinstance(entry.get("settingsConfig"), dict) else {}
+        entry["settingsConfig"] = {**config, "env": merge_env(config.get("env"), wanted_env)}
+        providers[pid] = entry
+        claude["providers"] = providers
+        if make_current:
+            claude["current"] = pid
+        doc["claude"] = claude
+        return doc
+
+    return transform

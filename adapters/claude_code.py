@@ -1,0 +1,171 @@
+"""Claude Code: the ``env`` object of the user settings file.
+
+Facts (shared/formats/claude-code.md, from Claude Code's docs, changelog and issue threads):
+- File: ``$CLAUDE_CONFIG_DIR/settings.json``, else ``~/.claude/settings.json``. Strict JSON: a comment or a
+  trailing comma makes Claude Code ignore the whole file, so conduit refuses to edit such a file.
+- Every ``env`` value is a JSON string. The SDK appends ``/v1/messages`` to ``ANTHROPIC_BASE_URL``, so the base
+  URL carries no ``/v1``.
+- Exactly one of ``ANTHROPIC_AUTH_TOKEN`` (Bearer) and ``ANTHROPIC_API_KEY`` (x-api-key): both set is an "auth
+  conflict" some gateways reject.
+- ``ANTHROPIC_SMALL_FAST_MODEL`` is the deprecated predecessor of ``ANTHROPIC_DEFAULT_HAIKU_MODEL``.
+- Higher layers win over the user file: managed settings > ``--settings`` > project
+  ``.claude/settings.local.json`` > project ``.claude/settings.json`` > user file. A settings ``env`` value
+  beats the same variable exported in the shell.
+- Env changes have needed a restart in some versions.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import NO_KEY, Env, NoOptions, Target, ToolSettings
+from conduit.adapters.errors import fingerprint
+from conduit.adapters.jsonfile import json_target, read_json_quietly
+
+AUTH_VARS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
+SECRET_VARS = frozenset(AUTH_VARS)
+MODEL_VARS = (
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+)
+DEPRECATED_VARS = ("ANTHROPIC_SMALL_FAST_MODEL",)
+MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
+
+
+def anthropic_env(settings: ToolSettings) -> dict[str, str | None]:
+    """The owned environment of an Anthropic-protocol client, as ``{VAR: value}``; ``None`` means "remove".
+
+    Shared by Claude Code's settings.json and CC Switch's claude provider rows (which hold the same object).
+    Every model slot points at a model the gateway serves: the aliases (sonnet, opus) at the main model, the
+    haiku (background) slot at ``small_model`` or else the main model.
+    """
+    key = settings.key if settings.key is not None else NO_KEY
+    auth_var = "ANTHROPIC_API_KEY" if settings.auth == "x-api-key" else "ANTHROPIC_AUTH_TOKEN"
+    env: dict[str, str | None] = {"ANTHROPIC_BASE_URL": settings.root.anthropic_base()}
+    for var in AUTH_VARS:
+        env[var] = key if var == auth_var else None
+    env["ANTHROPIC_MODEL"] = settings.model
+    env["ANTHROPIC_DEFAULT_SONNET_MODEL"] = settings.model
+    env["ANTHROPIC_DEFAULT_OPUS_MODEL"] = settings.model
+    env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = settings.small_model or settings.model
+    for var in DEPRECATED_VARS:
+        env[var] = None
+    if settings.timeout_s is not None:
+        env["API_TIMEOUT_MS"] = str(int(settings.timeout_s * 1000))
+    return env
+
+
+def merge_env(current: Any, wanted: Mapping[str, str | None]) -> dict[str, Any]:
+    """Apply ``wanted`` to an ``env`` object: set or remove owned variables, keep every other one in place.
+
+    A variable already present keeps its position; a new one is appended.
+    """
+    env = dict(current) if isinstance(current, dict) else {}
+    for var, value in wanted.items():
+        if value is None:
+            env.pop(var, None)
+        else:
+            env[var] = value
+    return env
+
+
+class ClaudeCode:
+    """Adapter for Claude Code's user settings file (owned keys: the ``env`` entries below)."""
+
+    name: ClassVar[str] = "claude_code"
+    display_name: ClassVar[str] = "Claude Code"
+    protocol: ClassVar = "anthropic"
+    owned_keys: ClassVar = tuple(f"env.{v}" for v in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS,
+                                                       *DEPRECATED_VARS, "API_TIMEOUT_MS"))
+    restart_hint: ClassVar = "restart running Claude Code sessions: some versions read env only at start-up"
+    Options: ClassVar[type[BaseModel]] = NoOptions
+
+    @staticmethod
+    def settings_path(env: Env) -> Path:
+        """``$CLAUDE_CONFIG_DIR/settings.json`` or ``~/.claude/settings.json``."""
+        base = env.get("CLAUDE_CONFIG_DIR")
+        return (Path(base).expanduser() if base else env.home / ".claude") / "settings.json"
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """One JSON target: merge the owned ``env`` entries into settings.json, keep everything else."""
+        wanted = anthropic_env(settings)
+
+        def transform(doc: dict[str, Any]) -> dict[str, Any]:
+            doc["env"] = merge_env(doc.get("env"), wanted)
+            return doc
+
+        return [json_target(self.settings_path(env), transform, secret_keys=SECRET_VARS, label="settings.json")]
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Facts for doctor: the file, the owned values (keys masked), the version, and who overrides whom."""
+        path = self.settings_path(env)
+        doc, error = read_json_quietly(path)
+        user_env = doc.get("env", {}) if isinstance(doc.get("env"), dict) else {}
+        layers = [
+            ("managed settings", MANAGED_SETTINGS),
+            ("project .claude/settings.local.json", env.cwd / ".claude" / "settings.local.json"),
+            ("project .claude/settings.json", env.cwd / ".claude" / "settings.json"),
+        ]
+        effective = {}
+        for var in ("ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL"):
+            effective[var] = _effective(var, user_env, layers, env, path)
+        return {
+            "file": str(path),
+            "exists": path.exists(),
+            "parse_error": error,
+            "version": _claude_version(),
+            "owned": {k: _mask(k, user_env.get(k)) for k in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS)
+                      if k in user_env},
+            "effective": effective,
+            "auth_conflict": all(v in user_env for v in AUTH_VARS),
+        }
+
+
+def _mask(var: str, value: Any) -> Any:
+    return fingerprint(str(value)) if var in SECRET_VARS and value is not None else value
+
+
+def _effective(var: str, user_env: dict[str, Any], layers: list[tuple[str, Path]], env: Env,
+               user_path: Path) -> dict[str, Any]:
+    """Which value Claude Code will use for ``var`` and why (higher layers first; shell env lowest)."""
+    for label, path in layers:
+        doc, _ = read_json_quietly(path)
+        layer_env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
+        if var in layer_env:
+            return {"value": _mask(var, layer_env[var]), "source": f"{label} ({path})",
+                    "overrides_conduit": True,
+                    "why": f"{label} ranks above the user settings.json that conduit writes"}
+    if var in user_env:
+        shell = env.get(var)
+        why = "conduit's user settings.json"
+        if shell is not None:
+            why += f"; the exported shell value {_mask(var, shell)!s} is ignored (settings env beats the shell)"
+        return {"value": _mask(var, user_env[var]), "source": str(user_path), "overrides_conduit": False,
+                "why": why}
+    shell = env.get(var)
+    if shell is not None:
+        return {"value": _mask(var, shell), "source": "shell environment", "overrides_conduit": True,
+                "why": "not set in settings.json, so the exported variable is used"}
+    return {"value": None, "source": None, "overrides_conduit": False, "why": "not set anywhere"}
+
+
+def _claude_version() -> str | None:
+    exe = shutil.which("claude")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+__all__ = ["ClaudeCode", "anthropic_env", "merge_env"]

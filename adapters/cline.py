@@ -1,0 +1,207 @@
+"""Cline: OpenAI-compatible provider settings, in whichever storage generation is installed.
+
+Facts (shared/formats/cline.md, read from the cline/cline sources, VS Code 4.1.x / CLI 3.0.x):
+- ``<data>`` = ``$CLINE_DATA_DIR`` (trimmed), else ``$CLINE_DIR/data``, else ``~/.cline/data``.
+- Generation A (VS Code <= 3.65): VS Code's ``state.vscdb`` + OS keychain; not writable from outside.
+- Generation B (VS Code >= 3.66, JetBrains, CLI 1.x/2.x): ``<data>/globalState.json`` (``planModeApiProvider``,
+  ``actModeApiProvider`` = ``"openai"``, ``openAiBaseUrl`` *with* the version segment, ``planModeOpenAiModelId``,
+  ``actModeOpenAiModelId``) and ``<data>/secrets.json`` (``openAiApiKey``; mode 0600).
+- Generation C (CLI >= 3.0): ``<data>/settings/providers.json`` (or ``$CLINE_PROVIDER_SETTINGS_PATH``):
+  ``{"version": 1, "lastUsedProvider": "openai-compatible", "providers": {"openai-compatible": {"settings":
+  {...}, "updatedAt": "...Z", "tokenSource": "manual"}}}``. One invalid entry empties the whole file for Cline,
+  ``updatedAt`` must end in ``Z``.
+- The OpenAI SDK requests ``baseURL + "/chat/completions"``; it never adds ``/v1``.
+- Generation B caches both files in memory and rewrites them on its next save: reload Cline after a sync.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings, Unsupported
+from conduit.adapters.errors import fingerprint
+from conduit.adapters.jsonfile import json_target, read_json_quietly
+
+PROVIDER_ID = "openai-compatible"
+SECRET_KEYS = frozenset({"openAiApiKey", "apiKey"})
+
+
+class ClineOptions(BaseModel):
+    """``[tools.cline]`` options.
+
+    Attributes:
+        generation: ``auto`` writes the generation(s) found on disk; ``B`` or ``C`` writes that one, creating
+            its files when missing.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    generation: Literal["auto", "B", "C"] = "auto"
+
+
+def data_dir(env: Env) -> Path:
+    """Cline's data directory, resolved as Cline resolves it."""
+    if env.get("CLINE_DATA_DIR"):
+        return Path(env.get("CLINE_DATA_DIR") or "").expanduser()
+    if env.get("CLINE_DIR"):
+        return Path(env.get("CLINE_DIR") or "").expanduser() / "data"
+    return env.home / ".cline" / "data"
+
+
+def providers_path(env: Env) -> Path:
+    """Generation C's providers.json (``$CLINE_PROVIDER_SETTINGS_PATH`` wins)."""
+    override = env.get("CLINE_PROVIDER_SETTINGS_PATH")
+    return Path(override).expanduser() if override else data_dir(env) / "settings" / "providers.json"
+
+
+def _vscode_state_dbs(env: Env) -> list[Path]:
+    base = env.home / ".config"
+    return [base / app / "User" / "globalStorage" / "state.vscdb" for app in ("Code", "Code - Insiders", "VSCodium")]
+
+
+def detect_generations(env: Env) -> list[str]:
+    """Which storage generations are present on disk: a sub-list of ``["B", "C"]``, or ``["A"]`` when only a
+    VS Code database holding Cline's state exists, or ``[]``."""
+    found = []
+    data = data_dir(env)
+    if (data / "globalState.json").exists() or (data / "secrets.json").exists():
+        found.append("B")
+    if providers_path(env).exists():
+        found.append("C")
+    if not found and any(_holds_cline_state(db) for db in _vscode_state_dbs(env)):
+        found.append("A")
+    return found
+
+
+def _holds_cline_state(db: Path) -> bool:
+    if not db.exists():
+        return False
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
+            row = conn.execute("SELECT 1 FROM ItemTable WHERE key = 'saoudrizwan.claude-dev'").fetchone()
+        return row is not None
+    except sqlite3.Error:
+        return False
+
+
+def utc_stamp() -> str:
+    """ISO-8601 UTC with milliseconds and a trailing ``Z`` (``2026-01-01T00:00:00.000Z``), as Cline writes it;
+    ``datetime.isoformat()`` would give ``+00:00``, which Cline rejects."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+class Cline:
+    """Adapter for Cline's OpenAI-compatible provider (generations B and C)."""
+
+    name: ClassVar[str] = "cline"
+    display_name: ClassVar[str] = "Cline"
+    protocol: ClassVar = "openai"
+    owned_keys: ClassVar = (
+        "globalState.json: planModeApiProvider, actModeApiProvider, openAiBaseUrl, planModeOpenAiModelId, "
+        "actModeOpenAiModelId",
+        "secrets.json: openAiApiKey",
+        "settings/providers.json: lastUsedProvider, providers.openai-compatible.settings.{provider,apiKey,model,"
+        "baseUrl}",
+    )
+    restart_hint: ClassVar = ("reload Cline (VS Code: Developer: Reload Window; CLI: start a new session): "
+                              "it caches its settings and may write the old ones back")
+    Options: ClassVar[type[BaseModel]] = ClineOptions
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Targets for each generation to write. Raises NotFound (nothing installed) or Unsupported (A)."""
+        gen = ClineOptions.model_validate(dict(settings.options)).generation
+        gens = detect_generations(env) if gen == "auto" else [gen]
+        if gens == ["A"]:
+            raise Unsupported("only a Cline <= 3.65 VS Code store was found (state.vscdb + OS keychain), which "
+                              "cannot be written from outside; upgrade Cline to >= 3.66")
+        if not gens:
+            raise NotFound(f"Cline not found: no {data_dir(env) / 'globalState.json'} and no "
+                           f"{providers_path(env)}; install Cline, or set [tools.cline] generation = \"C\" "
+                           "(CLI >= 3.0) or \"B\" to create its files")
+        targets: list[Target] = []
+        if "B" in gens:
+            targets += self._generation_b(settings, env)
+        if "C" in gens:
+            targets.append(self._generation_c(settings, env))
+        return targets
+
+    def _generation_b(self, settings: ToolSettings, env: Env) -> list[Target]:
+        data = data_dir(env)
+        base_url = settings.root.openai_base()
+        owned_state = {
+            "planModeApiProvider": "openai",
+            "actModeApiProvider": "openai",
+            "openAiBaseUrl": base_url,
+            "planModeOpenAiModelId": settings.model,
+            "actModeOpenAiModelId": settings.model,
+        }
+
+        def state(doc: dict[str, Any]) -> dict[str, Any]:
+            doc.update(owned_state)
+            return doc
+
+        def secrets(doc: dict[str, Any]) -> dict[str, Any]:
+            doc["openAiApiKey"] = settings.key if settings.key is not None else NO_KEY
+            return doc
+
+        return [
+            json_target(data / "globalState.json", state, secret_keys=SECRET_KEYS, label="globalState.json"),
+            json_target(data / "secrets.json", secrets, secret_keys=SECRET_KEYS, label="secrets.json"),
+        ]
+
+    def _generation_c(self, settings: ToolSettings, env: Env) -> Target:
+        wanted = {
+            "provider": PROVIDER_ID,
+            "apiKey": settings.key if settings.key is not None else NO_KEY,
+            "model": settings.model,
+            "baseUrl": settings.root.openai_base(),
+        }
+
+        def transform(doc: dict[str, Any]) -> dict[str, Any]:
+            doc.setdefault("version", 1)
+            doc["lastUsedProvider"] = PROVIDER_ID
+            providers = doc.get("providers") if isinstance(doc.get("providers"), dict) else {}
+            entry = dict(providers.get(PROVIDER_ID) or {})
+            old = entry.get("settings") if isinstance(entry.get("settings"), dict) else {}
+            new = {**old, **wanted}
+            if new != old or "updatedAt" not in entry:
+                # Only a real change moves updatedAt, so an unchanged profile writes nothing.
+                entry["updatedAt"] = utc_stamp()
+            entry["settings"] = new
+            entry.setdefault("tokenSource", "manual")
+            providers[PROVIDER_ID] = entry
+            doc["providers"] = providers
+            return doc
+
+        return json_target(providers_path(env), transform, secret_keys=SECRET_KEYS, label="providers.json")
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Facts for doctor: generations found, files, owned values (key masked)."""
+        data = data_dir(env)
+        gens = detect_generations(env)
+        out: dict[str, Any] = {"data_dir": str(data), "generations": gens, "files": {}}
+        if "B" in gens:
+            state, err = read_json_quietly(data / "globalState.json")
+            secrets, err2 = read_json_quietly(data / "secrets.json")
+            out["files"]["globalState.json"] = {
+                "path": str(data / "globalState.json"), "parse_error": err,
+                "openAiBaseUrl": state.get("openAiBaseUrl"), "actModeApiProvider": state.get("actModeApiProvider"),
+                "actModeOpenAiModelId": state.get("actModeOpenAiModelId")}
+            sp = data / "secrets.json"
+            out["files"]["secrets.json"] = {
+                "path": str(sp), "parse_error": err2, "openAiApiKey": fingerprint(secrets.get("openAiApiKey")),
+                "mode": oct(sp.stat().st_mode & 0o777) if sp.exists() else None}
+        if "C" in gens:
+            doc, err = read_json_quietly(providers_path(env))
+            entry = (doc.get("providers") or {}).get(PROVIDER_ID) or {}
+            s = entry.get("settings") or {}
+            out["files"]["providers.json"] = {
+                "path": str(providers_path(env)), "parse_error": err,
+                "lastUsedProvider": doc.get("lastUsedProvider"), "baseUrl": s.get("baseUrl"),
+                "model": s.get("model"), "apiKey": fingerprint(s.get("apiKey")), "updatedAt": entry.get("updatedAt")}
+        return out

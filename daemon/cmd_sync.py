@@ -1,0 +1,191 @@
+"""CLI: ``conduit init | sync | doctor | use | restore`` (thin: parse, call, print, return an exit code)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from conduit.adapters.base import Env
+from conduit.adapters.errors import ConduitError
+from conduit.adapters.registry import ADAPTERS
+from conduit.adapters.writer import BackupStore
+from conduit.daemon import paths
+from conduit.daemon.cli import app, state
+from conduit.daemon.doctor import doctor as build_doctor
+from conduit.daemon.init import TEMPLATES, init_profile, starter_text
+from conduit.daemon.profile import load_profile, use_model
+from conduit.daemon.sync import SyncReport, sync
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+_STYLE = {"changed": "green", "unchanged": "dim", "error": "red", "not_found": "yellow", "unsupported": "red",
+          "disabled": "dim", "in_sync": "green", "drifted": "yellow", "not_managed": "dim"}
+
+
+@app.command()
+def init(
+    template: str = typer.Option("hosted", help=f"Starter profile: {', '.join(TEMPLATES)}."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing profile (a .bak copy is kept)."),
+    print_only: bool = typer.Option(False, "--print", help="Print the starter profile instead of writing it."),
+    no_discover: bool = typer.Option(False, "--no-discover", help="Do not build the profile from the tools' "
+                                     "current settings."),
+) -> int:
+    """Write a starter profile (or one proposed from the tools already configured)."""
+    if print_only:
+        out.print(starter_text(template), markup=False)
+        return 0
+    path = paths.profile_path(state.profile)
+    text, notes = init_profile(path, template=template, force=force, discover_tools=not no_discover)
+    out.print(f"wrote {path}")
+    for note in notes:
+        out.print(f"  {note}", markup=False)
+    out.print("next: store the key with `conduit key set NAME` (reads stdin), then `conduit sync --dry-run`.")
+    return 0
+
+
+@app.command("sync")
+def sync_cmd(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the diffs; write nothing."),
+    tool: list[str] = typer.Option(None, "--tool", help="Only this tool (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+) -> int:
+    """Rewrite every tool's config from the profile (merge, never clobber). Shows a diff per tool."""
+    profile = load_profile(state.profile)
+    report = sync(profile, tools=tool or None, dry_run=dry_run)
+    if as_json:
+        out.print_json(json.dumps(report_json(report, dry_run)))
+    else:
+        _print_sync(report, dry_run)
+    return 0 if report.ok else 1
+
+
+def report_json(report: SyncReport, dry_run: bool) -> dict[str, Any]:
+    """A SyncReport as JSON-able data (diffs are already masked)."""
+    return {
+        "dry_run": dry_run,
+        "ok": report.ok,
+        "notices": report.notices,
+        "tools": {
+            t.tool: {
+                "status": t.status,
+                "message": t.message,
+                "restart_hint": t.restart_hint,
+                "files": [{"label": r.label, "path": str(r.path), "changed": r.changed, "diff": r.diff,
+                           "error": r.error, "backup": str(r.backup) if r.backup else None, "notices": r.notices}
+                          for r in t.results],
+            }
+            for t in report.tools
+        },
+    }
+
+
+def _print_sync(report: SyncReport, dry_run: bool) -> None:
+    for notice in report.notices:
+        out.print(f"[yellow]notice[/] {notice}", markup=True, soft_wrap=True)
+    for t in report.tools:
+        verb = {"changed": "would change" if dry_run else "updated"}.get(t.status, t.status.replace("_", " "))
+        out.print(f"[bold]{t.display}[/]: [{_STYLE.get(t.status, 'white')}]{verb}[/]")
+        if t.message:
+            out.print(f"  {t.message}", markup=False, soft_wrap=True)
+        for r in t.results:
+            if r.diff:
+                out.print(Syntax(r.diff, "diff", theme="ansi_dark", word_wrap=True))
+            for n in r.notices:
+                out.print(f"  {n}", markup=False)
+        if t.restart_hint and not dry_run:
+            out.print(f"  [dim]restart may be needed: {t.restart_hint}[/]")
+
+
+@app.command("doctor")
+def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable report.")) -> int:
+    """Per tool: file found, version, in sync or drifted, higher-precedence overrides, restart needs."""
+    report = build_doctor(state.profile, Env())
+    if as_json:
+        out.print_json(json.dumps(report, default=str))
+        return 0 if report["ok"] else 1
+    prof = report["profile"]
+    out.print(f"profile: {prof.get('path')} " + ("[green]ok[/]" if prof.get("ok") else f"[red]{prof.get('error')}[/]"))
+    table = Table("tool", "state", "details", show_lines=False)
+    for name, t in report["tools"].items():
+        facts = t.get("facts") or {}
+        details = t.get("message") or _facts_line(name, facts)
+        table.add_row(t["display"], f"[{_STYLE.get(t['state'], 'white')}]{t['state']}[/]", details or "")
+    out.print(table)
+    for name, t in report["tools"].items():
+        if t.get("diff"):
+            out.print(f"[bold]{t['display']}[/] differs from the profile:")
+            out.print(Syntax(t["diff"], "diff", theme="ansi_dark", word_wrap=True))
+    for w in report["warnings"]:
+        out.print(f"[yellow]warning[/] {w}", soft_wrap=True)
+    return 0 if report["ok"] else 1
+
+
+def _facts_line(name: str, facts: dict[str, Any]) -> str:
+    if name == "claude_code":
+        eff = (facts.get("effective") or {}).get("ANTHROPIC_BASE_URL") or {}
+        return f"{facts.get('file')} ({'found' if facts.get('exists') else 'missing'}); version " \
+               f"{facts.get('version') or 'unknown'}; base URL used: {eff.get('value')} ({eff.get('source')})"
+    if name == "cline":
+        return f"{facts.get('data_dir')}; generations found: {', '.join(facts.get('generations') or []) or 'none'}"
+    if name == "cc_switch":
+        return f"{facts.get('dir')}; store: {facts.get('store') or 'not installed'}" + (
+            f" (schema {facts['schema']})" if facts.get("schema") is not None else "") + (
+            "; running" if facts.get("running") else "")
+    return ""
+
+
+@app.command("use")
+def use_cmd(
+    model: str = typer.Argument(..., help="The model every tool should use."),
+    channel: str | None = typer.Option(None, "--channel", help="Also switch every tool to this channel."),
+    no_sync: bool = typer.Option(False, "--no-sync", help="Only edit the profile."),
+) -> int:
+    """Switch the model (and optionally the channel) in the profile, keeping its comments, then sync."""
+    profile, warnings = use_model(state.profile, model, channel)
+    out.print(f"profile: model = {model}" + (f", channel = {channel}" if channel else "") + f" ({profile.path})")
+    for w in warnings:
+        out.print(f"[yellow]warning[/] {w}")
+    if no_sync:
+        return 0
+    report = sync(profile)
+    _print_sync(report, dry_run=False)
+    return 0 if report.ok else 1
+
+
+@app.command("restore")
+def restore_cmd(
+    tool: str = typer.Argument(..., help=f"Tool whose files to restore: {', '.join(ADAPTERS)}."),
+    list_only: bool = typer.Option(False, "--list", help="List the backups instead of restoring."),
+    backup_id: str | None = typer.Option(None, "--id", help="Restore this backup (default: the newest)."),
+) -> int:
+    """Restore a tool's files from conduit's backups (the restore itself is backed up, so it can be undone)."""
+    if tool not in ADAPTERS:
+        raise ConduitError(f"unknown tool `{tool}`", f"known tools: {', '.join(ADAPTERS)}")
+    store = BackupStore()
+    if list_only:
+        backups = store.list(tool)
+        if not backups:
+            out.print(f"no backups for {tool} in {paths.backups_dir() / tool}")
+            return 0
+        table = Table("id", "created (UTC)", "file", "bytes")
+        for b in backups:
+            table.add_row(b.id, str(b.created), str(b.original), str(b.size))
+        out.print(table)
+        return 0
+    for p in store.restore(tool, backup_id):
+        out.print(f"restored {p}")
+    return 0
+
+
+@app.command("demo")
+def demo_cmd(keep: bool = typer.Option(False, "--keep", help="Keep the temporary HOME afterwards.")) -> int:
+    """Run the main job end to end in a throwaway HOME (real-format configs of all three tools)."""
+    from conduit.daemon.demo import run_demo
+
+    return run_demo(keep=keep)

@@ -1,0 +1,409 @@
+"""The profile: the one file a person edits (``~/.config/conduit/profile.toml``).
+
+Shape (DESIGN.md, "The minimal profile"; every version of conduit accepts that file as written)::
+
+    version = 1
+    channel = "taotoken"                 # the channel every tool uses
+    model = "claude-sonnet-4-20250514"   # the model every tool uses
+    small_model = "claude-3-5-haiku-20241022"   # optional
+    on_drift = "report"                  # or "reapply" (the daemon's policy when a tool changes an owned key)
+
+    [channels.taotoken]
+    base_url = "https://taotoken.net/api"
+    protocols = ["openai", "anthropic"]
+    key = { file = "~/.config/conduit/keys/taotoken" }
+    # base_urls = { anthropic = "https://api.deepseek.com/anthropic" }   # per-protocol roots
+    # models = ["..."]; timeout = 600 (seconds); auth = "bearer" | "x-api-key"
+
+    [tools.claude_code]                  # a [tools.<name>] table turns a tool on
+    [tools.cline]
+    # enabled = false; channel = "..."; model = "..."; small_model = "..."; plus the tool's own options
+
+The file is read with tomlkit (so ``conduit use`` can edit it keeping comments and layout) and validated with
+pydantic. Every problem becomes a ``ProfileError`` naming the file, the line where it can be found, the key path
+and the fix; unknown keys get a "did you mean" hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomlkit
+import tomlkit.exceptions
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from conduit.adapters.base import Root
+from conduit.adapters.errors import ProfileError
+from conduit.adapters.registry import ADAPTERS
+from conduit.daemon import paths
+from conduit.daemon.keys import KeySource
+from conduit.daemon.normalize import normalize_base_url
+
+ProtocolName = Literal["openai", "anthropic"]
+
+
+class Channel(BaseModel):
+    """A gateway: where requests go and how they authenticate.
+
+    Attributes:
+        base_url: the gateway root as its docs give it (``https://taotoken.net/api``); normalized per DESIGN.md.
+        base_urls: per-protocol roots for gateways that serve each protocol under its own path
+            (``{anthropic = "https://api.deepseek.com/anthropic"}``); a protocol not listed uses ``base_url``.
+        protocols: the wire APIs the gateway speaks.
+        key: where the API key comes from, or absent for a gateway that needs none (a local vLLM).
+        models: optional list of model ids the gateway serves (used for checks and hints).
+        timeout: request timeout in seconds for tools that take one.
+        auth: ``bearer`` (Authorization header) or ``x-api-key``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    base_urls: dict[ProtocolName, str] = Field(default_factory=dict)
+    protocols: list[ProtocolName] = Field(default_factory=lambda: ["openai", "anthropic"], min_length=1)
+    key: KeySource | None = None
+    models: list[str] = Field(default_factory=list)
+    timeout: float | None = Field(default=None, gt=0)
+    auth: Literal["bearer", "x-api-key"] = "bearer"
+
+
+class ToolConfig(BaseModel):
+    """One ``[tools.<name>]`` table. Keys other than the four below are the tool's own options, validated
+    by that adapter's ``Options`` model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    enabled: bool = True
+    channel: str | None = None
+    model: str | None = None
+    small_model: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The tool-specific options (every key not common to all tools)."""
+        return dict(self.model_extra or {})
+
+
+class Profile(BaseModel):
+    """The whole profile. ``version`` is 1; a future format bumps it and keeps reading 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1]
+    channel: str
+    model: str
+    small_model: str | None = None
+    on_drift: Literal["report", "reapply"] = "report"
+    channels: dict[str, Channel]
+    tools: dict[str, ToolConfig] = Field(default_factory=dict)
+    vllm: dict[str, Any] | None = None
+
+
+COMMON_TOOL_KEYS = ("enabled", "channel", "model", "small_model")
+
+
+@dataclass
+class LoadedProfile:
+    """A validated profile plus where it came from.
+
+    Attributes:
+        model: the validated profile.
+        path: the file it was read from.
+        text: the file's text (for line lookups and tomlkit edits).
+        roots: ``{channel: {protocol: Root}}`` normalized once at load time.
+        notices: what normalization changed in what the person typed, each said once, in words.
+    """
+
+    model: Profile
+    path: Path
+    text: str
+    roots: dict[str, dict[str, Root]] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def channels(self) -> dict[str, Channel]:
+        """Shortcut for ``model.channels``."""
+        return self.model.channels
+
+    def where(self, *keys: str | int) -> str:
+        """``path:line: key.path`` for error messages."""
+        return _where(self.path, self.text, keys)
+
+
+def load_profile(path: str | Path | None = None) -> LoadedProfile:
+    """Read, parse and validate the profile.
+
+    Args:
+        path: the profile file; None means ``--profile``/``CONDUIT_PROFILE``/the platformdirs default.
+    Returns:
+        the validated profile with base URLs normalized.
+    Raises:
+        ProfileError: missing or unreadable file, TOML syntax error (with line and column), unknown key (with
+            a "did you mean"), wrong type, a channel or tool that does not exist, a tool whose channel does not
+            speak the tool's protocol, a base URL that cannot be a URL.
+    """
+    p = paths.profile_path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(
+            f"{p}: no profile here", "run `conduit init` to write a starter profile, or pass --profile PATH"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{p}: cannot read the profile: {exc}", "check the file's permissions") from None
+    return parse_profile(text, p)
+
+
+def parse_profile(text: str, path: Path) -> LoadedProfile:
+    """Validate profile ``text`` read from ``path`` (see ``load_profile``)."""
+    try:
+        doc = tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        raise ProfileError(
+            f"{path}:{exc.line}:{exc.col}: not valid TOML: {_toml_reason(exc)}",
+            "fix the syntax at that line; the tools were left as they are",
+        ) from None
+    data = doc.unwrap()
+    try:
+        model = Profile.model_validate(data)
+    except ValidationError as exc:
+        raise _profile_error(exc, path, text, data) from None
+    loaded = LoadedProfile(model=model, path=path, text=text)
+    _check_references(loaded)
+    _normalize_roots(loaded)
+    return loaded
+
+
+def _toml_reason(exc: tomlkit.exceptions.ParseError) -> str:
+    # tomlkit's message ends with " at line L col C"; we print the position ourselves.
+    return re.sub(r"\s+at line \d+ col \d+$", "", str(exc))
+
+
+def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, Any]) -> ProfileError:
+    """Turn pydantic's first error into one sentence with file, line, key path, and a fix."""
+    err = exc.errors()[0]
+    # pydantic inserts validator tags such as "function-after[...]" into locations; they are not keys.
+    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
+    keypath = ".".join(str(x) for x in loc)
+    where = _where(path, text, loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        allowed = _allowed_keys(parent)
+        return ProfileError(f"{where}: unknown key `{loc[-1]}`", _did_you_mean(str(loc[-1]), allowed))
+    if kind == "missing":
+        return ProfileError(f"{where}: `{keypath}` is required", _missing_hint(loc))
+    if kind == "literal_error" and loc == ("version",):
+        return ProfileError(
+            f"{where}: unsupported profile version {data.get('version')!r}",
+            "this conduit reads `version = 1`; upgrade conduit for newer profiles",
+        )
+    msg = err["msg"]
+    return ProfileError(f"{where}: `{keypath}`: {msg}", _type_hint(loc))
+
+
+def _allowed_keys(parent: Sequence[Any]) -> list[str]:
+    if not parent:
+        return list(Profile.model_fields)
+    if parent[0] == "channels" and len(parent) == 2:
+        return list(Channel.model_fields)
+    if parent[0] == "channels" and len(parent) == 3 and parent[2] == "key":
+        return list(KeySource.model_fields)
+    if parent[0] == "channels" and len(parent) == 3 and parent[2] == "base_urls":
+        return ["openai", "anthropic"]
+    return []
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean `{close[0]}`?"
+    choices = sorted(choices)
+    return f"valid keys here: {', '.join(choices)}" if choices else "remove it"
+
+
+def _missing_hint(loc: Sequence[Any]) -> str:
+    if loc == ("channels",):
+        return 'add a [channels.NAME] table with base_url = "https://..."'
+    if loc in (("channel",), ("model",)):
+        return f'add `{loc[0]} = "..."` at the top of the profile'
+    return "add it, or see the starter profiles (`conduit init --print`)"
+
+
+def _type_hint(loc: Sequence[Any]) -> str | None:
+    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "key":
+        return 'write the key source as key = { file = "~/path" } (or env/command/secret), never the key itself'
+    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "protocols":
+        return 'protocols = ["openai", "anthropic"] (one or both)'
+    return None
+
+
+def _check_references(loaded: LoadedProfile) -> None:
+    """Cross-key checks pydantic cannot express: names that must exist, protocols that must match."""
+    prof = loaded.model
+    if prof.channel not in prof.channels:
+        raise ProfileError(
+            f"{loaded.where('channel')}: channel `{prof.channel}` is not defined",
+            _did_you_mean(prof.channel, prof.channels) + f" (defined: {', '.join(prof.channels) or 'none'})",
+        )
+    for name, tool in prof.tools.items():
+        adapter = ADAPTERS.get(name)
+        if adapter is None:
+            raise ProfileError(f"{loaded.where('tools', name)}: unknown tool `{name}`", _did_you_mean(name, ADAPTERS))
+        channel = tool.channel or prof.channel
+        if channel not in prof.channels:
+            raise ProfileError(
+                f"{loaded.where('tools', name, 'channel')}: channel `{channel}` is not defined",
+                _did_you_mean(channel, prof.channels),
+            )
+        if adapter.protocol not in prof.channels[channel].protocols:
+            raise ProfileError(
+                f"{loaded.where('tools', name)}: {adapter.display_name} speaks the {adapter.protocol} protocol, "
+                f"but channel `{channel}` lists only {prof.channels[channel].protocols}",
+                f"add \"{adapter.protocol}\" to channels.{channel}.protocols if the gateway serves it, "
+                f"or set tools.{name}.channel to a channel that does",
+            )
+        _check_options(loaded, name, tool)
+
+
+def _check_options(loaded: LoadedProfile, name: str, tool: ToolConfig) -> None:
+    adapter = ADAPTERS[name]
+    try:
+        adapter.Options.model_validate(tool.options())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ("tools", name, *err["loc"])
+        if err["type"] == "extra_forbidden":
+            allowed = [*COMMON_TOOL_KEYS, *adapter.Options.model_fields]
+            raise ProfileError(
+                f"{loaded.where(*loc)}: unknown key `{err['loc'][-1]}` for {adapter.display_name}",
+                _did_you_mean(str(err["loc"][-1]), allowed),
+            ) from None
+        raise ProfileError(f"{loaded.where(*loc)}: `{'.'.join(map(str, loc))}`: {err['msg']}") from None
+
+
+def _normalize_roots(loaded: LoadedProfile) -> None:
+    for cname, ch in loaded.model.channels.items():
+        roots: dict[str, Root] = {}
+        for proto in ch.protocols:
+            if proto in ch.base_urls:
+                raw, keys = ch.base_urls[proto], ("channels", cname, "base_urls", proto)
+            else:
+                raw, keys = ch.base_url, ("channels", cname, "base_url")
+            norm = normalize_base_url(raw, where=loaded.where(*keys))
+            roots[proto] = norm.root
+            for notice in norm.notices:
+                text = f"channels.{cname}: {notice}"
+                if text not in loaded.notices:
+                    loaded.notices.append(text)
+        loaded.roots[cname] = roots
+
+
+def save_profile(path: Path, text: str, *, validate: bool = True) -> LoadedProfile | None:
+    """Write profile ``text`` to ``path`` atomically (temp file, fsync, rename), keeping the file's mode.
+
+    Args:
+        validate: parse and validate first; an invalid text raises ProfileError and nothing is written.
+    Returns:
+        the validated profile, or None when ``validate`` is false.
+    """
+    loaded = parse_profile(text, path) if validate else None
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    tmp = path.with_name(f".{path.name}.conduit-tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path.resolve() if path.is_symlink() else path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ProfileError(f"{path}: cannot write the profile: {exc.strerror}",
+                           "check that the directory is writable; the old profile is unchanged") from None
+    return loaded
+
+
+def use_model(path: str | Path | None, model: str, channel: str | None = None) -> tuple[LoadedProfile, list[str]]:
+    """Set the profile's active ``model`` (and ``channel``) with tomlkit, keeping comments and layout.
+
+    Returns:
+        (the saved profile, warnings such as "model not in channels.X.models").
+    Raises:
+        ProfileError: unreadable/invalid profile, or a channel that does not exist; nothing is written.
+    """
+    loaded = load_profile(path)
+    doc = tomlkit.parse(loaded.text)
+    if channel is not None:
+        if channel not in loaded.model.channels:
+            raise ProfileError(f"{loaded.path}: channel `{channel}` is not defined",
+                               _did_you_mean(channel, loaded.model.channels))
+        doc["channel"] = channel
+    doc["model"] = model
+    new = save_profile(loaded.path, tomlkit.dumps(doc))
+    assert new is not None
+    warnings = []
+    models = new.model.channels[new.model.channel].models
+    if models and model not in models:
+        warnings.append(f"`{model}` is not in channels.{new.model.channel}.models ({', '.join(models)}); "
+                        "the gateway may answer 404 for it")
+    return new, warnings
+
+
+# --- line lookup -------------------------------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
+
+
+def _split_dotted(s: str) -> list[str]:
+    return [part.strip().strip("\"'") for part in re.findall(r"""(?:"[^"]*"|'[^']*'|[^.]+)""", s)]
+
+
+def _where(path: Path, text: str, keys: Sequence[Any]) -> str:
+    """``path:line: `` for the line that defines ``keys`` (the deepest part found), or ``path: `` when the
+    key is not written in the file (a missing key)."""
+    line = find_line(text, [str(k) for k in keys])
+    return f"{path}:{line}" if line else f"{path}"
+
+
+def find_line(text: str, keys: Sequence[str]) -> int | None:
+    """1-based line where the key path ``keys`` is written, or where its nearest written parent is.
+
+    Understands ``[a.b]`` tables, ``a.b = ...`` dotted keys and ``key = {...}`` inline tables (the line of
+    ``key``). Returns None when no part of the path is written.
+    """
+    best: tuple[int, int] | None = None  # (matched depth, line)
+    table: list[str] = []
+    for no, raw in enumerate(text.splitlines(), start=1):
+        m = _HEADER.match(raw)
+        if m:
+            table = _split_dotted(m.group(1))
+            depth = _prefix_len(table, keys)
+            if depth == len(table) and (best is None or depth > best[0]):
+                best = (depth, no)
+            continue
+        k = _KEY.match(raw)
+        if not k:
+            continue
+        full = table + _split_dotted(k.group(1))
+        depth = _prefix_len(full, keys)
+        if depth == len(full) and (best is None or depth > best[0]):
+            best = (depth, no)
+    return best[1] if best else None
+
+
+def _prefix_len(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
