@@ -252,8 +252,10 @@ def agent_cmd(
 ) -> int:
     """Run the agent in the foreground: status API on a Unix socket, channel probes, GPU sampling."""
     from conduit.daemon.agent import AgentConfig, run_agent
+    from conduit.daemon.cli import state
 
-    return run_agent(AgentConfig(socket_path=socket, profile_path=profile, probe_interval_s=probe_interval,
+    return run_agent(AgentConfig(socket_path=socket, profile_path=profile or state.profile,
+                                 probe_interval_s=probe_interval,
                                  idle_timeout_s=idle_timeout))
 
 
