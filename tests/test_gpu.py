@@ -7,8 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conduit.daemon.gpu import FakeNvml, GpuHistory, GpuProbe, GpuReport, GpuSnapshot, host_snapshot, report_json
+from conduit.daemon.gpu import (
+    FakeNvml,
+    GpuHistory,
+    GpuProbe,
+    GpuReport,
+    GpuSnapshot,
+    host_snapshot,
+    report_json,
+)
 
 GiB = 1024**3
 

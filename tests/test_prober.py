@@ -12,14 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conduit.adapters.base import Root
 from conduit.daemon.prober import (
     AUTH_HINT,
     ChannelHealth,
+    Prober,
     ProbeResult,
     ProbeTarget,
-    Prober,
     Verdict,
     classify_exception,
     neighbour_bases,
