@@ -50,6 +50,7 @@ import asyncio
 import contextlib
 import enum
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -286,6 +287,8 @@ class Agent:
         self.gpu_history = GpuHistory(window_s=self.config.gpu_window_s,
                                       maxlen=int(self.config.gpu_window_s / max(self.config.gpu_interval_s, 0.05)) + 1)
         self.host: HostSnapshot | None = None
+        self._gpus_cache: dict[str, Any] = report_json(None)  # rebuilt after each sample, not per request
+        self._host_cache: dict[str, Any] = {"note": "not sampled yet"}
         self.vllm = vllm
         self._own_prober = prober is None
         self.prober = prober or Prober([], interval_s=self.config.probe_interval_s)
@@ -344,7 +347,9 @@ class Agent:
             try:
                 report: GpuReport = await asyncio.to_thread(self.gpu_probe.sample, self._vllm_pids())
                 self.gpu_history.add(report)
+                self._gpus_cache = report_json(report, self.gpu_history)
                 self.host = host_snapshot()
+                self._host_cache = asdict(self.host)
             except Exception:  # never let one bad sample end the loop
                 log.exception("GPU/host sample failed")
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - t0)))
@@ -411,12 +416,12 @@ class Agent:
         return {"channels": self.prober.snapshot(), "note": self.channels_note}
 
     def gpus_json(self) -> dict[str, Any]:
-        """The ``/v1/gpus`` body (see ``conduit.daemon.gpu.report_json``)."""
-        return report_json(self.gpu_history.latest, self.gpu_history)
+        """The ``/v1/gpus`` body (see ``conduit.daemon.gpu.report_json``), as of the latest sample."""
+        return self._gpus_cache
 
     def host_json(self) -> dict[str, Any]:
         """The ``/v1/host`` body: ``HostSnapshot`` fields, or ``{"note": "not sampled yet"}``."""
-        return asdict(self.host) if self.host else {"note": "not sampled yet"}
+        return self._host_cache
 
     def vllm_json(self) -> dict[str, Any]:
         """The slot's snapshot, or ``{"state": "not_configured"}``."""
@@ -552,6 +557,7 @@ class Agent:
             self._set_state(AgentState.STOPPED)
 
 
+@functools.cache
 def _version() -> str:
     try:
         from importlib.metadata import version

@@ -11,7 +11,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,41 @@ class AgentProc:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Gateway:
+    """A tiny gateway: path -> status; ``hang`` paths never answer; every request's headers are recorded."""
+
+    def __init__(self, routes: dict[str, int], hang: bool = False) -> None:
+        self.routes = routes
+        self.hang = hang
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                outer.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                if outer.hang:
+                    time.sleep(5)
+                    return
+                status = outer.routes.get(self.path, 404)
+                body = b'{"data": []}' if status == 200 else b'{"error": "x"}'
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
+from agentproc import Gateway
 from conduit.adapters.base import Root
 from conduit.daemon.prober import (
     AUTH_HINT,
@@ -26,44 +24,6 @@ from conduit.daemon.prober import (
 )
 
 KEY = "sk-test-abcdefghijklmnop-c3f9"
-
-
-class Gateway:
-    """A tiny gateway: path -> status; ``hang`` paths never answer; every request's headers are recorded."""
-
-    def __init__(self, routes: dict[str, int], hang: bool = False) -> None:
-        self.routes = routes
-        self.hang = hang
-        self.seen: list[tuple[str, dict[str, str]]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                outer.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-                if outer.hang:
-                    time.sleep(5)
-                    return
-                status = outer.routes.get(self.path, 404)
-                body = b'{"data": []}' if status == 200 else b'{"error": "x"}'
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
