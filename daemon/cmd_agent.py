@@ -195,9 +195,10 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
             t.add_row(name, proto, f"[{colour}]{p.get('verdict')}[/]", _num(lat.get("last")), _num(lat.get("p50")),
                       _num(lat.get("p95")), str(p.get("consecutive_failures", "")),
                       (p.get("message") or "") + (f" (hint: {p['hint']})" if p.get("hint") else ""))
-    if status.get("note"):
-        t.caption = status["note"]
-    console.print(t)
+    if t.row_count:
+        console.print(t)
+    else:
+        console.print(f"channels: none ({status.get('note') or 'the profile has no channels'})")
 
     gpus = status.get("gpus") or {}
     g = Table(title="GPUs", title_justify="left")
@@ -211,9 +212,10 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
                           for p in gpu.get("processes", []))
         g.add_row(str(gpu.get("index")), str(gpu.get("name")), f"{fmt_bytes(free)} / {fmt_bytes(total)}", bar,
                   _num(gpu.get("utilization_gpu_pct"), "%"), fmt_bytes(win.get("min_free_bytes")), procs)
-    if not gpus.get("gpus"):
-        g.caption = gpus.get("reason") or "no GPUs"
-    console.print(g)
+    if g.row_count:
+        console.print(g)
+    else:
+        console.print(f"GPUs: none ({gpus.get('reason') or 'none reported'})")
 
     host = status.get("host") or {}
     if "total_bytes" in host:
