@@ -129,6 +129,8 @@ class AgentConfig:
         gpu_window_s: span of the min-free / peak-used window, seconds.
         idle_timeout_s: a connection with no complete request for this long is closed, seconds.
         reload_interval_s: how often the profile and the sync state file are checked for changes, seconds.
+        rekey_interval_s: the profile's channels (and so their key sources) are resolved again at least this
+            often, seconds, so a key rotated in its file or secret store reaches the probes.
     """
 
     socket_path: Path | None = None
@@ -138,6 +140,7 @@ class AgentConfig:
     gpu_window_s: float = 300.0
     idle_timeout_s: float = 10.0
     reload_interval_s: float = 2.0
+    rekey_interval_s: float = 300.0
 
 
 # --------------------------------------------------------------------------------------------- socket
@@ -299,6 +302,8 @@ class Agent:
         self._t0 = time.monotonic()
         self._tasks: list[asyncio.Task[Any]] = []
         self._profile_sig: tuple[Any, ...] | None = None
+        self._resolved_at = -1e9
+        self._probing: dict[str, asyncio.Task[Any]] = {}
         self._tools_sig: tuple[Any, ...] | None = None
         self.app = self._make_app()
 
@@ -376,13 +381,17 @@ class Agent:
         if not self._own_prober:
             return
         sig = self._sig(paths.profile_path(self.config.profile_path))
-        if sig == self._profile_sig and not force and self.channels_note != "profile not read yet":
+        stale = time.monotonic() - self._resolved_at > self.config.rekey_interval_s  # keys may rotate in place
+        if sig == self._profile_sig and not force and not stale:
             return
         self._profile_sig = sig
+        self._resolved_at = time.monotonic()
         targets, problems, note = await asyncio.to_thread(targets_from_profile, self.config.profile_path)
+        before = {(t.channel, t.protocol): t for t in self.prober.targets()}
         self.prober.set_targets(targets, problems)
         self.channels_note = note
-        self.prober.start()
+        if force or before != {(t.channel, t.protocol): t for t in targets}:
+            self.prober.start()  # restart the schedules only when what is probed changed
 
     def _reload_tools(self) -> None:
         path = paths.state_dir() / "sync.json"
@@ -467,21 +476,26 @@ class Agent:
         app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
         r = app.router
         r.add_get("/v1/healthz", self._h_healthz)
-        r.add_get("/v1/status", lambda req: self._ok(self.status_json()))
-        r.add_get("/v1/channels", lambda req: self._ok(self.channels_json()))
+        r.add_get("/v1/status", self._answer(self.status_json))
+        r.add_get("/v1/channels", self._answer(self.channels_json))
         r.add_get("/v1/channels/{name}", self._h_channel)
         r.add_post("/v1/channels/{name}/probe", self._h_probe)
-        r.add_get("/v1/gpus", lambda req: self._ok(self.gpus_json()))
-        r.add_get("/v1/host", lambda req: self._ok(self.host_json()))
-        r.add_get("/v1/tools", lambda req: self._ok(self.tools))
-        r.add_get("/v1/vllm", lambda req: self._ok(self.vllm_json()))
+        r.add_get("/v1/gpus", self._answer(self.gpus_json))
+        r.add_get("/v1/host", self._answer(self.host_json))
+        r.add_get("/v1/tools", self._answer(lambda: self.tools))
+        r.add_get("/v1/vllm", self._answer(self.vllm_json))
         r.add_post("/v1/vllm/{action}", self._h_vllm)
-        r.add_get("/v1/openapi.json", lambda req: self._ok(openapi()))
+        r.add_get("/v1/openapi.json", self._answer(openapi))
         return app
 
     @staticmethod
-    async def _ok(data: dict[str, Any]) -> web.Response:
-        return _json(data)
+    def _answer(state: Callable[[], dict[str, Any]]) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """A GET handler answering ``state()`` (already-kept state; nothing here waits)."""
+
+        async def handler(request: web.Request) -> web.Response:
+            return _json(state())
+
+        return handler
 
     async def _h_healthz(self, request: web.Request) -> web.Response:
         a = self.agent_json()
@@ -505,9 +519,12 @@ class Agent:
             wait = min(30.0, max(0.0, float(request.query.get("wait", "5"))))
         except ValueError:
             return _error(400, "bad_request", "wait must be a number of seconds (0..30)")
-        task = asyncio.create_task(self.prober.probe_channel(name))
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        task = self._probing.get(name)
+        if task is None or task.done():  # one probe per channel at a time, however often POST is called
+            task = asyncio.create_task(self.prober.probe_channel(name))
+            self._probing[name] = task
+            self._tasks.append(task)
+            task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
         pending = False
         if wait > 0:
             try:

@@ -362,6 +362,10 @@ class Prober:
             new.setdefault(name, {})["-"] = h
         self.health = new
 
+    def targets(self) -> list[ProbeTarget]:
+        """What is probed now."""
+        return [h.target for protos in self.health.values() for h in protos.values() if h.target is not None]
+
     @property
     def client(self) -> httpx.AsyncClient:
         """The shared HTTP client (created on first use, on the running loop)."""
