@@ -11,7 +11,8 @@ Then the wall time of ``conduit status --json`` against ``curl --unix-socket`` f
 
 Goals (issue 4): p99 under 5 ms at 16 clients; ``conduit status --json`` within 1.5x of the bare interpreter.
 
-Usage: ``python bench/status_api.py [--seconds 3] [--runs 15]``. Bounded: about 3 x 3 x seconds + 30 s.
+Usage: ``python bench/status_api.py [--seconds 1.5] [--rounds 3] [--runs 15]``. Bounded: about
+rounds x 9 x seconds + runs x 3 command starts + 10 s (about a minute with the defaults).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def wall(cmd: list[str], runs: int, env: dict[str, str]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=3.0, help="seconds per load level (default 3)")
+    ap.add_argument("--seconds", type=float, default=1.5, help="seconds per measurement (default 1.5)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds, medians reported (default 3)")
     ap.add_argument("--runs", type=int, default=15, help="runs per CLI wall-time figure (default 15)")
     args = ap.parse_args()
 
@@ -168,13 +170,20 @@ def main() -> int:
             except SystemExit as exc:
                 print(f"skipping baseline {name}: {exc} ({(p.stderr.read() if p.stderr else b'')[-300:]!r})")
 
-        print(f"GET /v1/status: body {len(body)} bytes; {args.seconds:g} s per level; CPUs: {os.cpu_count()}")
+        print(f"GET /v1/status: body {len(body)} bytes; {args.seconds:g} s per measurement, {args.rounds} rounds "
+              f"interleaved across servers (medians shown); CPUs: {os.cpu_count()}, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        rounds: dict[tuple[str, int], list[dict[str, float]]] = {}
+        for _ in range(args.rounds):  # interleaved, so a noisy moment on a shared machine hits every server
+            for clients in (1, 16, 64):
+                for name, sock in servers.items():
+                    rounds.setdefault((name, clients), []).append(load(sock, clients, args.seconds))
+        results = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")}
+                   for k, v in rounds.items()}
         print(f"{'server':<20}{'clients':>8}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-        results: dict[tuple[str, int], dict[str, float]] = {}
         for clients in (1, 16, 64):
-            for name, sock in servers.items():
-                r = load(sock, clients, args.seconds)
-                results[(name, clients)] = r
+            for name in servers:
+                r = results[(name, clients)]
                 print(f"{name:<20}{clients:>8}{r['rps']:>10.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}")
         print("\nratios agent / baseline (req/s: higher is better; p99: lower is better)")
         for name in servers:
