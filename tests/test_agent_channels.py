@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from agentproc import AgentProc, Gateway, conduit_exe, request
 
-pytest.importorskip("conduit.daemon.keys", reason="the profile's key sources are not on this branch yet")
-pytest.importorskip("conduit.daemon.normalize", reason="base URL normalization is not on this branch yet")
+pytest.importorskip("conduit.daemon.resolve", reason="profile loading (profile, keys, normalize, adapters) "
+                    "does not import on this branch yet")
 
 KEY = "sk-agent-test-0123456789-c3f9"
 
