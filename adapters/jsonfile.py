@@ -26,10 +26,10 @@ _PARSE_HINT = "the tool itself would ignore this whole file; fix it by hand, con
 
 def _describe(text: str, err: json.JSONDecodeError) -> str:
     """Name the likely cause of a JSON error at ``err.pos`` (comment, trailing comma) in words."""
-    rest = text[err.pos:]
+    rest = text[err.pos :]
     if rest.startswith("//") or rest.startswith("/*") or rest.startswith("#"):
         return "a comment (JSON allows none)"
-    before = text[:err.pos].rstrip()
+    before = text[: err.pos].rstrip()
     if before.endswith(",") and rest[:1] in ("}", "]"):
         return "a trailing comma (JSON allows none)"
     if text.startswith("\ufeff"):
@@ -184,3 +184,21 @@ def json_target(
         create=create,
         label=label or path.name,
     )
+
+
+def read_json_quietly(path: Path) -> tuple[dict[str, Any], str | None]:
+    """Read a JSON object for reporting (doctor, init): never raises.
+
+    Returns:
+        (the object, None); ({}, None) when the file is missing; ({}, message) when it cannot be read or parsed.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, f"cannot read {path}: {exc}"
+    try:
+        return parse_json_object(text, path=path), None
+    except ToolFileError as exc:
+        return {}, exc.message

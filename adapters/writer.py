@@ -177,7 +177,7 @@ def remove_stale_temps(path: Path) -> int:
         with _active_lock:
             if full in _active_tmp:
                 continue
-        pid_text = entry.name[len(prefix):].split("-", 1)[0]
+        pid_text = entry.name[len(prefix) :].split("-", 1)[0]
         pid = int(pid_text) if pid_text.isdigit() else -1
         try:
             age = time.time() - entry.stat(follow_symlinks=False).st_mtime
@@ -210,6 +210,27 @@ def _fill_tmp(tmp: Path, data: bytes, mode: int, owner: tuple[int, int] | None, 
         os.fchmod(fd, mode)
     finally:
         os.close(fd)
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and every missing parent with mode 0700, whatever the umask
+    (``os.makedirs`` gives only the last one its mode). Existing directories are left as they are.
+    Raises OSError."""
+    missing: list[Path] = []
+    probe = directory
+    while not probe.is_dir():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -281,7 +302,9 @@ def _os_error_message(err: OSError, path: Path) -> str:
         errno.EISDIR: f"{path} is a directory; move it away so the tool's file can be written",
     }
     hint = hints.get(err.errno or 0, "fix the cause and sync again")
-    return str(ToolFileError(f"could not write {path}: {reason} ({where})", f"{hint}; conduit left it unchanged"))
+    return str(
+        ToolFileError(f"could not write {path}: {reason} ({where})", f"{hint}; conduit left it unchanged")
+    )
 
 
 # ------------------------------------------------------------------------------------------------- backups
@@ -319,7 +342,7 @@ class BackupStore:
             return self._root
         from conduit.daemon.paths import backups_dir  # lazy: adapters import nothing from daemon at load
 
-        return backups_dir()
+        return Path(backups_dir())
 
     def tool_dir(self, tool: str) -> Path:
         """``<root>/<tool>``. Raises ToolFileError for a name that is not a plain tool name."""
@@ -332,7 +355,7 @@ class BackupStore:
     @contextlib.contextmanager
     def _locked(self, tool: str) -> Iterator[Path]:
         directory = self.tool_dir(tool)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_private_dirs(directory)
         fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -381,7 +404,7 @@ class BackupStore:
         kept: list[dict[str, Any]] = []
         for entries in by_path.values():
             entries.sort(key=lambda r: r["seq"], reverse=True)
-            for raw in entries[self.keep:]:
+            for raw in entries[self.keep :]:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(directory / raw["id"])
             kept.extend(r for r in entries[: self.keep] if (directory / r["id"]).exists())
@@ -439,7 +462,12 @@ class BackupStore:
     def save_bytes(self, tool: str, original: Path, data: bytes, *, mode: int, batch: str = "") -> Backup:
         """Back up a text file's current ``data`` (bytes) for ``original``. Raises OSError, ToolFileError."""
         return self._add(
-            tool, original, kind="text", mode=mode, batch=batch, fill=lambda dest: _atomic_write(dest, data, 0o600)
+            tool,
+            original,
+            kind="text",
+            mode=mode,
+            batch=batch,
+            fill=lambda dest: _atomic_write(dest, data, 0o600),
         )
 
     def snapshot_sqlite(self, tool: str, db: Path, *, timeout_s: float = 5.0) -> Path:
@@ -451,7 +479,7 @@ class BackupStore:
         SQLite answers SQLITE_LOCKED.) Raises OSError, sqlite3.Error.
         """
         directory = self.tool_dir(tool)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_private_dirs(directory)
         pending = directory / f".pending-{os.getpid()}-{_secrets.token_hex(4)}"
         os.close(os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         try:
@@ -470,7 +498,14 @@ class BackupStore:
         return pending
 
     def save_file(
-        self, tool: str, original: Path, src: Path, *, kind: Literal["text", "sqlite"], mode: int, batch: str = ""
+        self,
+        tool: str,
+        original: Path,
+        src: Path,
+        *,
+        kind: Literal["text", "sqlite"],
+        mode: int,
+        batch: str = "",
     ) -> Backup:
         """Move the file ``src`` (from ``snapshot_sqlite``) into the store as a backup of ``original``."""
 
@@ -545,13 +580,22 @@ class BackupStore:
             else:
                 text = b.file.read_bytes().decode("utf-8")
                 target = TextTarget(
-                    path=b.path, render=lambda _cur, t=text: t, mode=b.mode, create=True, label=f"restore {b.id}"
+                    path=b.path, render=_constant(text), mode=b.mode, create=True, label=f"restore {b.id}"
                 )
             result = writer.apply(tool, target)
             if result.error:
                 raise ToolFileError(result.error)
             restored.append(b.path)
         return restored
+
+
+def _constant(text: str) -> Callable[[str | None], str]:
+    """A ``TextTarget.render`` that ignores the current content and returns ``text``."""
+
+    def render(_current: str | None) -> str:
+        return text
+
+    return render
 
 
 def _sqlite_restorer(backup: Backup) -> Callable[[sqlite3.Connection, bool], builtins.list[str]]:
@@ -581,7 +625,8 @@ def _sqlite_restorer(backup: Backup) -> Callable[[sqlite3.Connection, bool], bui
                 except sqlite3.OperationalError as err:
                     raise ToolFileError(
                         f"{backup.path}: table {table} no longer matches the backup ({err})",
-                        hint="the tool changed its schema since the backup; restore by hand from " + str(backup.file),
+                        hint="the tool changed its schema since the backup; restore by hand from "
+                        + str(backup.file),
                     ) from None
                 if sorted(map(repr, cur)) == sorted(map(repr, old)):
                     continue
@@ -675,8 +720,11 @@ class Writer:
         b = self.mask(target.mask(after))
         name = str(target.path)
         lines = difflib.unified_diff(
-            a.splitlines(), b.splitlines(), fromfile=name if before is not None else "/dev/null",
-            tofile=name, lineterm="",
+            a.splitlines(),
+            b.splitlines(),
+            fromfile=name if before is not None else "/dev/null",
+            tofile=name,
+            lineterm="",
         )
         return "\n".join(lines)
 
@@ -699,9 +747,10 @@ class Writer:
                 return
             result.changed = True
             result.diff = self._diff(target, current, new)
-            if self.dry_run:
-                return
             mode, notices = _mode_for(st, target.mode)
+            if self.dry_run:
+                result.notices.extend(n.replace("tightened mode", "would tighten mode") for n in notices)
+                return
             if data is None:
                 self._make_parent(real, target.path)
             tmp = _new_tmp(real.parent, real.name)
@@ -743,7 +792,7 @@ class Writer:
                 f"cannot create {shown}: {parent} exists and is not a directory",
                 hint="move that file away or fix the path; conduit changed nothing",
             )
-        os.makedirs(parent, mode=0o700, exist_ok=True)
+        make_private_dirs(parent)
 
     # -- sqlite ------------------------------------------------------------------------------------------
 
@@ -786,7 +835,9 @@ class Writer:
                 conn.execute("ROLLBACK")
                 return
             assert pending is not None
-            backup = self.backups.save_file(tool, target.path, pending, kind="sqlite", mode=mode, batch=self.batch)
+            backup = self.backups.save_file(
+                tool, target.path, pending, kind="sqlite", mode=mode, batch=self.batch
+            )
             pending = None
             try:
                 conn.execute("COMMIT")
