@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
+
 from conduit.adapters.errors import ConduitError
 from conduit.daemon import paths
 from conduit.daemon.gpu import (

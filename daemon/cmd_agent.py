@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+
 from conduit.adapters.errors import AgentUnreachable, ConduitError
 from conduit.daemon.cli import app
 

@@ -38,6 +38,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
 from conduit.adapters.base import Root
 from conduit.adapters.errors import ConduitError, fingerprint
 

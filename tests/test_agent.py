@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from agentproc import AgentProc, GiB, conduit_exe, fake_gpu, request, short_dir
+
 from conduit.daemon.client import AgentClient, AgentError
 
 

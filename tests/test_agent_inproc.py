@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 from agentproc import Gateway, fake_gpu, short_dir
+
 from conduit.adapters.base import Root
 from conduit.daemon.agent import Agent, AgentConfig, AgentState, claim_socket
 from conduit.daemon.gpu import FakeNvml, GpuProbe

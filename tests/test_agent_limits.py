@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from agentproc import AgentProc, request
+
 from conduit.daemon.agent import peer_uid
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from agentproc import Gateway
+
 from conduit.adapters.base import Root
 from conduit.daemon.prober import (
     AUTH_HINT,

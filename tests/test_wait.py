@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from agentproc import AgentProc, GiB, conduit_exe, fake_gpu, short_dir
+
 from conduit.adapters.errors import AgentUnreachable
 from conduit.daemon.cmd_agent import BadArguments, Conditions, parse_duration, parse_size, unmet, wait_until
 
