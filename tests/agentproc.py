@@ -135,7 +135,11 @@ class AgentProc:
         return self.proc.returncode
 
     def __enter__(self) -> AgentProc:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.__exit__()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
