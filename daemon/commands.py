@@ -4,6 +4,7 @@ One import line per module: a module that adds commands imports ``app`` from ``c
 decorates its functions. Keeping this list here means cli.py never grows.
 """
 
+import conduit.daemon.cmd_agent  # noqa: F401  agent, status, wait
 import conduit.daemon.cmd_bench  # noqa: F401  bench (streaming load generator, concurrency sweep)
 import conduit.daemon.cmd_key  # noqa: F401  key set/list/rm
 import conduit.daemon.cmd_plan  # noqa: F401  plan (vLLM memory ledger)
