@@ -183,6 +183,30 @@ def test_status_command_and_json(temp_home: Path) -> None:
         assert "not_configured" in out.stdout
 
 
+def test_status_json_fast_path_matches_the_full_command(temp_home: Path) -> None:
+    """`conduit status --json` answers through the standard library alone, with the full command's output."""
+    import sys
+
+    with AgentProc(temp_home, gpus={"devices": [fake_gpu(0)]}) as agent:
+        agent.wait_for("/v1/gpus", lambda b: b["gpus"])
+        probe = ("import sys; sys.argv = ['conduit', 'status', '--json']; from conduit.daemon.entry import main; "
+                 "rc = main(); print('HEAVY', sorted(m for m in ('typer', 'rich', 'httpx', 'pydantic') "
+                 "if m in sys.modules)); sys.exit(rc)")
+        fast = subprocess.run([sys.executable, "-c", probe], env=agent.env, capture_output=True, text=True, timeout=30)
+        assert fast.returncode == 0, fast.stderr
+        body, heavy = fast.stdout.rsplit("HEAVY", 1)
+        assert heavy.strip() == "[]"
+        full = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "status", "--json"], env=agent.env,
+                              capture_output=True, text=True, timeout=30)
+        assert full.returncode == 0, full.stderr
+        a, b = json.loads(body), json.loads(full.stdout)
+        for doc in (a, b):  # sampled twice: drop what moves between the two requests
+            doc["agent"].pop("uptime_s", None)
+            doc.pop("host", None)
+            doc["gpus"].pop("window", None)
+        assert a.keys() == b.keys() and a["gpus"]["gpus"][0]["uuid"] == b["gpus"]["gpus"][0]["uuid"]
+
+
 def test_status_when_the_agent_is_down_exits_2(temp_home: Path) -> None:
     d = short_dir()
     try:
