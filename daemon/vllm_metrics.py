@@ -118,24 +118,26 @@ def parse(text: str, t: float = 0.0) -> Scrape:
     by_gauge = {v: k for k, v in GAUGES.items()}
     by_counter = {v: k for k, v in COUNTERS.items()}
     by_hist = {v: k for k, v in HISTOGRAMS.items()}
+    # Match by *sample* name: vLLM writes ``# TYPE vllm:prompt_tokens_total counter`` while other exporters
+    # write ``# TYPE vllm:prompt_tokens counter``; the parser groups the two layouts into different families.
     for fam in text_string_to_metric_families(text):
-        name = fam.name
-        if name in by_gauge:
-            vals = [s.value for s in fam.samples if s.name == name]
-            gauges[by_gauge[name]] = sum(vals) if vals else None
-        elif name in by_counter:
-            vals = [s.value for s in fam.samples if s.name == name + "_total"]
-            counters[by_counter[name]] = sum(vals) if vals else None
-        elif name in by_hist:
-            acc = hist_acc.setdefault(by_hist[name], {"buckets": {}, "sum": 0.0, "count": 0.0})
-            for s in fam.samples:
-                if s.name == name + "_bucket":
-                    le = float(s.labels["le"])
-                    acc["buckets"][le] = acc["buckets"].get(le, 0.0) + s.value
-                elif s.name == name + "_sum":
-                    acc["sum"] += s.value
-                elif s.name == name + "_count":
-                    acc["count"] += s.value
+        for smp in fam.samples:
+            n = smp.name
+            if n in by_gauge:
+                k = by_gauge[n]
+                gauges[k] = (gauges[k] or 0.0) + smp.value
+            elif n.endswith("_total") and n[:-6] in by_counter:
+                k = by_counter[n[:-6]]
+                counters[k] = (counters[k] or 0.0) + smp.value
+            else:
+                base, _, part = n.rpartition("_")
+                if base in by_hist and part in ("bucket", "sum", "count"):
+                    acc = hist_acc.setdefault(by_hist[base], {"buckets": {}, "sum": 0.0, "count": 0.0})
+                    if part == "bucket":
+                        le = float(smp.labels["le"])
+                        acc["buckets"][le] = acc["buckets"].get(le, 0.0) + smp.value
+                    else:
+                        acc[part] += smp.value
     hists = {
         k: Histogram(sorted(a["buckets"].items()), a["sum"], a["count"]) for k, a in hist_acc.items()
     }

@@ -40,7 +40,11 @@ def _child(role: str) -> None:
     if os.environ.get("FAKE_VLLM_IGNORE_TERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if role == "engine":
-        subprocess.Popen([sys.executable, __file__, "--fake-role=worker"])
+        worker = subprocess.Popen([sys.executable, __file__, "--fake-role=worker"], stdout=subprocess.PIPE)
+        assert worker.stdout is not None
+        worker.stdout.readline()  # the worker is named
+    print("up", flush=True)  # tell the parent this process is named (and its worker started)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more goes to the parent's pipe
     while True:
         time.sleep(3600)
 
@@ -86,7 +90,9 @@ def main() -> None:
     pid = os.getpid()
     print(f"(APIServer pid={pid}) INFO fake vLLM, non-default args: {sys.argv[1:]}", flush=True)
     if env.get("FAKE_VLLM_CHILDREN") == "1":
-        subprocess.Popen([sys.executable, __file__, "--fake-role=engine"])
+        engine = subprocess.Popen([sys.executable, __file__, "--fake-role=engine"], stdout=subprocess.PIPE)
+        assert engine.stdout is not None
+        engine.stdout.readline()  # EngineCore and its Worker exist before the port opens
     if mode == "exit_at_start":
         time.sleep(startup)
         print(env.get("FAKE_VLLM_MESSAGE", "RuntimeError: fake start-up failure"), flush=True)
