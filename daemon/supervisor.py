@@ -112,6 +112,7 @@ class _Cmd:
 class _Exited:
     gen: int
     code: int | None  # None for an adopted process (not our child: no exit status)
+    seen: float = 0.0  # time.monotonic() when the watcher woke up
 
 
 @dataclass
@@ -261,7 +262,12 @@ async def _wait_pid_exit(pid: int) -> None:
                 return
             await asyncio.sleep(0.2)
     fut: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+
+    def readable() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
         await fut
     finally:
@@ -381,6 +387,8 @@ class Supervisor:
         self.distribution: str | None = None
         self.kv_cache: dict[str, Any] | None = None
         self.history: deque[tuple[str, float]] = deque([(self.state.value, self.since)], maxlen=64)
+        #: time.monotonic() when the last unasked exit of vLLM was seen (for bench/supervisor.py)
+        self.exit_seen_monotonic: float | None = None
         self._events: asyncio.Queue[Any] = asyncio.Queue()
         self._changed = asyncio.Event()
         self._cur: _Launch | None = None
@@ -558,6 +566,7 @@ class Supervisor:
                 await self._launch()
             return  # a message about a launch that is already gone
         if isinstance(ev, _Exited):
+            self.exit_seen_monotonic = ev.seen
             await self._on_exit(cur, ev.code)
         elif isinstance(ev, _Ready):
             if self.state is VllmState.STARTING:
@@ -845,7 +854,7 @@ class Supervisor:
         else:
             await _wait_pid_exit(cur.pid)
             code = None
-        self._post(_Exited(cur.gen, code))
+        self._post(_Exited(cur.gen, code, time.monotonic()))
 
     def _headers(self) -> dict[str, str]:
         s = self.settings
