@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from conduit.adapters.errors import ConduitError, ProfileError
+from rich.console import Console
+
+from conduit.adapters.errors import ConduitError
 from conduit.daemon import paths
 from conduit.daemon.cli import app, state
 from conduit.daemon.supervisor import Supervisor, VllmState
 from conduit.daemon.vllm_settings import VllmSettings, load
-from rich.console import Console
 
-vllm_app = typer.Typer(help="Supervise the local vLLM server described by the profile's [vllm] table.",
+vllm_app = typer.Typer(help="Supervise the local vLLM server described by the profile's vllm table.",
                        no_args_is_help=True)
 app.add_typer(vllm_app, name="vllm")
 
@@ -32,30 +33,19 @@ err = Console(stderr=True, highlight=False)
 
 
 def settings_from_profile(profile: str | None) -> VllmSettings:
-    """The validated ``[vllm]`` table of the profile file (``--profile``/``CONDUIT_PROFILE``/default path).
-
-    Only that table is read (with ``tomllib``): running vLLM needs nothing else, and a half-written channel
-    elsewhere in the profile does not stop it. The agent takes the table from the full profile load instead.
+    """The validated ``[vllm]`` table of the profile (``--profile``/``CONDUIT_PROFILE``/default path).
 
     Raises:
-        ProfileError: missing/unreadable file, TOML syntax error (line and column), invalid ``[vllm]`` key.
+        ProfileError: the profile is invalid (file, line, key path), or its ``[vllm]`` table is.
         ConduitError: the profile has no ``[vllm]`` table.
     """
-    import tomllib
+    from conduit.daemon.profile import load_profile
 
-    path = paths.profile_path(profile)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no profile here", "run `conduit init`, or pass --profile PATH") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{path}: cannot read the profile: {exc}", "check the file's permissions") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: not valid TOML: {exc}", "fix the syntax at that line") from None
-    table = data.get("vllm")
+    loaded = load_profile(profile)
+    table = loaded.model.vllm
     if not table:
-        raise ConduitError(f"{path}: no [vllm] table", 'add one: at least `[vllm]` with `model = "..."`')
-    return load(table, where=str(path))
+        raise ConduitError(f"{loaded.path}: no [vllm] table", 'add one: at least `[vllm]` with `model = "..."`')
+    return load(table, where=str(loaded.path))
 
 
 def log_path() -> Path:
@@ -142,7 +132,7 @@ _printed: set[str] = set()
 
 @vllm_app.command("run")
 def run_cmd(as_json: bool = typer.Option(False, "--json", help="Print the final snapshot as JSON.")) -> int:
-    """Run vLLM in the foreground from the profile's [vllm] table until Ctrl-C (then stop it cleanly)."""
+    """Run vLLM in the foreground from the profile's vllm table until Ctrl-C (then stop it cleanly)."""
     settings = settings_from_profile(state.profile)
     snap = asyncio.run(run_foreground(settings, _print_change))
     if as_json:

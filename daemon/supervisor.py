@@ -51,6 +51,7 @@ from typing import Any
 
 import httpx
 import psutil
+
 from conduit.adapters.errors import ConduitError
 from conduit.daemon import paths
 from conduit.daemon.vllm_diagnose import (

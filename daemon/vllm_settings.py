@@ -26,8 +26,9 @@ import subprocess
 import sys
 from typing import Literal
 
-from conduit.adapters.errors import ConduitError, ProfileError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from conduit.adapters.errors import ConduitError, ProfileError
 
 Version = tuple[int, int, int]
 

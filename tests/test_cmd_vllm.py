@@ -10,13 +10,11 @@ import time
 from pathlib import Path
 
 import psutil
+
 from conduit.daemon.cmd_vllm import tail_text
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
-# conduit's real entry point with only this module's commands registered, so these tests do not depend on
-# every other command module importing (the one registration line is in daemon/commands.py).
-CONDUIT = [sys.executable, "-c", "import sys; from conduit.daemon import cli, cmd_vllm; "
-           "cli._register_commands = lambda: None; sys.exit(cli.main(sys.argv[1:]))"]
+CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
 
 
 def write_profile(home: Path, vllm: str) -> None:

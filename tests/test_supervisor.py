@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+
 from conduit.adapters.errors import ConduitError
 from conduit.daemon.supervisor import IllegalTransition, Supervisor, VllmState, group_members, kill_group
 from conduit.daemon.vllm_settings import VllmSettings

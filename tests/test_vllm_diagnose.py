@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from conduit.daemon.vllm_diagnose import (
     diagnose,
     find_kv_cache_line,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from conduit.daemon.vllm_metrics import Histogram, MetricsTracker, parse
 
 REAL = (Path(__file__).parent / "data" / "vllm-0.32-metrics.txt").read_text()

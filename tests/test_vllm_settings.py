@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conduit.adapters.errors import ConduitError, ProfileError
 from conduit.daemon.vllm_settings import (
     API_SERVER_MODULE,

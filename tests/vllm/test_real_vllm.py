@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from conduit.daemon.supervisor import Supervisor, VllmState
 
 pytestmark = pytest.mark.vllm
