@@ -1,0 +1,192 @@
+"""A small stand-in for vLLM's API server, for the transitions that are slow or impossible with real vLLM here.
+
+Launched by the supervisor exactly like vLLM (``[vllm].command = [python, this file]``, then vLLM's flags);
+standard library only. It prints vLLM's start-up lines, answers ``/health``, ``/v1/models``, ``/metrics`` and
+``/v1/chat/completions`` on 127.0.0.1, and can start children named like vLLM's (``VLLM::EngineCore`` with a
+``VLLM::Worker`` child, via ``/proc/self/comm``; the kernel keeps 15 characters) in its process group.
+
+Behaviour from the environment:
+    FAKE_VLLM_MODE        ok (default) | never_ready | exit_at_start | crash_after_ready | engine_death | health503
+    FAKE_VLLM_STARTUP_S   seconds before the port opens (default 0.2)
+    FAKE_VLLM_AFTER_S     seconds after ready before crash_after_ready / engine_death / health503 act (default 0.5)
+    FAKE_VLLM_EXIT        exit status for exit_at_start / crash_after_ready (default 1)
+    FAKE_VLLM_MESSAGE     a line printed before exiting at start (e.g. "OSError: [Errno 98] Address already in use")
+    FAKE_VLLM_CHILDREN    1: start EngineCore + Worker children
+    FAKE_VLLM_IGNORE_TERM 1: the children ignore SIGTERM (the supervisor must escalate to SIGKILL)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _set_comm(name: str) -> None:
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(name[:15])
+    except OSError:
+        pass
+
+
+def _child(role: str) -> None:
+    _set_comm("VLLM::EngineCore" if role == "engine" else "VLLM::Worker")
+    if os.environ.get("FAKE_VLLM_IGNORE_TERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if role == "engine":
+        worker = subprocess.Popen([sys.executable, __file__, "--fake-role=worker"], stdout=subprocess.PIPE)
+        assert worker.stdout is not None
+        worker.stdout.readline()  # the worker is named
+    print("up", flush=True)  # tell the parent this process is named (and its worker started)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more goes to the parent's pipe
+    while True:
+        time.sleep(3600)
+
+
+def _args(argv: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--") and "=" in a:
+            k, v = a[2:].split("=", 1)
+            out[k] = v
+        elif a.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out[a[2:]] = argv[i + 1]
+            i += 1
+        elif a.startswith("--"):
+            out[a[2:]] = "true"
+        i += 1
+    return out
+
+
+class State:
+    health = 200
+    prompt_tokens = 0
+    generation_tokens = 0
+    requests = 0
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1].startswith("--fake-role="):
+        _child(sys.argv[1].split("=", 1)[1])
+        return
+    env = os.environ
+    mode = env.get("FAKE_VLLM_MODE", "ok")
+    startup = float(env.get("FAKE_VLLM_STARTUP_S", "0.2"))
+    after = float(env.get("FAKE_VLLM_AFTER_S", "0.5"))
+    code = int(env.get("FAKE_VLLM_EXIT", "1"))
+    args = _args(sys.argv[1:])
+    host, port = args.get("host", "127.0.0.1"), int(args.get("port", "8000"))
+    model = args.get("model", "fake")
+    served = args.get("served-model-name", model)
+    key = args.get("api-key") or env.get("VLLM_API_KEY")
+    pid = os.getpid()
+    print(f"(APIServer pid={pid}) INFO fake vLLM, non-default args: {sys.argv[1:]}", flush=True)
+    if env.get("FAKE_VLLM_CHILDREN") == "1":
+        engine = subprocess.Popen([sys.executable, __file__, "--fake-role=engine"], stdout=subprocess.PIPE)
+        assert engine.stdout is not None
+        engine.stdout.readline()  # EngineCore and its Worker exist before the port opens
+    if mode == "exit_at_start":
+        time.sleep(startup)
+        print(env.get("FAKE_VLLM_MESSAGE", "RuntimeError: fake start-up failure"), flush=True)
+        sys.exit(code)
+    if mode == "never_ready":
+        print(f"(APIServer pid={pid}) INFO loading weights forever", flush=True)
+        while True:
+            time.sleep(3600)
+    time.sleep(startup)
+    print(f"(EngineCore pid={pid}) INFO [kv_cache_utils.py:1] CPU KV cache size: 4,096 tokens, "
+          "Maximum concurrency for 256 tokens per request: 16.00x", flush=True)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt: str, *a: object) -> None:
+            print(f'INFO:     {self.address_string()} - "{self.requestline}" {a[1] if len(a) > 1 else ""}',
+                  flush=True)
+
+        def _send(self, status: int, body: object, ctype: str = "application/json") -> None:
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authed(self) -> bool:
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self._send(401, {"error": "Unauthorized"})
+                return False
+            return True
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/health":
+                self._send(State.health, "" if State.health == 200 else {"error": "engine dead"})
+            elif self.path == "/v1/models":
+                if self._authed():
+                    self._send(200, {"object": "list", "data": [{"id": served, "object": "model"}]})
+            elif self.path == "/metrics":
+                self._send(200, _metrics(served), "text/plain; version=0.0.4")
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            n = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(n)
+            if self.path == "/v1/chat/completions" and self._authed():
+                State.requests += 1
+                State.prompt_tokens += 10
+                State.generation_tokens += 5
+                self._send(200, {"id": "fake", "object": "chat.completion", "model": served,
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                              "finish_reason": "length"}],
+                                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+            elif self.path != "/v1/chat/completions":
+                self._send(404, {"error": "not found"})
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    print(f"(APIServer pid={pid}) INFO [entry.py:140] Starting vLLM server on http://{host}:{port}", flush=True)
+    print("INFO:     Application startup complete.", flush=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: (print("INFO:     Shutting down", flush=True), os._exit(0)))
+    if mode == "ok":
+        while True:
+            time.sleep(3600)
+    time.sleep(after)
+    if mode == "crash_after_ready":
+        print("RuntimeError: fake crash", flush=True)
+        os._exit(code)
+    State.health = 503
+    print("ERROR EngineCore encountered a fatal error. EngineDeadError", flush=True)
+    if mode == "engine_death":
+        time.sleep(float(env.get("FAKE_VLLM_503_S", "1.0")))
+        os._exit(0)
+    while True:  # health503: alive, answering 503 forever
+        time.sleep(3600)
+
+
+def _metrics(served: str) -> str:
+    lab = f'engine="0",model_name="{served}"'
+    lines = [
+        "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} 0.0",
+        "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lab}}} 0.0",
+        "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lab}}} 0.0",
+        "# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{{{lab}}} {float(State.prompt_tokens)}",
+        "# TYPE vllm:generation_tokens counter",
+        f"vllm:generation_tokens_total{{{lab}}} {float(State.generation_tokens)}",
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+        f'vllm:time_to_first_token_seconds_bucket{{{lab},le="0.1"}} {float(State.requests)}',
+        f'vllm:time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {float(State.requests)}',
+        f"vllm:time_to_first_token_seconds_count{{{lab}}} {float(State.requests)}",
+        f"vllm:time_to_first_token_seconds_sum{{{lab}}} {0.05 * State.requests}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
