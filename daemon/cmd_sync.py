@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape as esc
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -87,7 +88,7 @@ def report_json(report: SyncReport, dry_run: bool) -> dict[str, Any]:
 
 def _print_sync(report: SyncReport, dry_run: bool) -> None:
     for notice in report.notices:
-        out.print(f"[yellow]notice[/] {notice}", markup=True, soft_wrap=True)
+        out.print(f"[yellow]notice[/] {esc(notice)}", soft_wrap=True)
     for t in report.tools:
         verb = {"changed": "would change" if dry_run else "updated"}.get(t.status, t.status.replace("_", " "))
         out.print(f"[bold]{t.display}[/]: [{_STYLE.get(t.status, 'white')}]{verb}[/]")
@@ -99,31 +100,81 @@ def _print_sync(report: SyncReport, dry_run: bool) -> None:
             for n in r.notices:
                 out.print(f"  {n}", markup=False)
         if t.restart_hint and not dry_run:
-            out.print(f"  [dim]restart may be needed: {t.restart_hint}[/]")
+            out.print(f"  [dim]restart may be needed: {esc(t.restart_hint)}[/]")
 
 
 @app.command("doctor")
-def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable report.")) -> int:
+def doctor_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+    live: bool = typer.Option(False, "--live", help="Also probe every channel now, read GPU memory and processes, "
+                              "the vLLM state and its prefix-cache hit rate. Exit 0 only when all is healthy."),
+) -> int:
     """Per tool: file found, version, in sync or drifted, higher-precedence overrides, restart needs."""
     report = build_doctor(state.profile, Env())
+    if live:
+        from conduit.daemon.live import live_report
+
+        report["live"] = live_report(state.profile)
+        report["ok"] = report["ok"] and report["live"]["ok"]
     if as_json:
         out.print_json(json.dumps(report, default=str))
         return 0 if report["ok"] else 1
     prof = report["profile"]
-    out.print(f"profile: {prof.get('path')} " + ("[green]ok[/]" if prof.get("ok") else f"[red]{prof.get('error')}[/]"))
+    out.print(f"profile: {esc(str(prof.get('path')))} " + ("[green]ok[/]" if prof.get("ok") else f"[red]{esc(str(prof.get('error')))}[/]"))
     table = Table("tool", "state", "details", show_lines=False)
     for name, t in report["tools"].items():
         facts = t.get("facts") or {}
         details = t.get("message") or _facts_line(name, facts)
-        table.add_row(t["display"], f"[{_STYLE.get(t['state'], 'white')}]{t['state']}[/]", details or "")
+        table.add_row(t["display"], f"[{_STYLE.get(t['state'], 'white')}]{t['state']}[/]", esc(details or ""))
     out.print(table)
     for t in report["tools"].values():
         if t.get("diff"):
             out.print(f"[bold]{t['display']}[/] differs from the profile:")
             out.print(Syntax(t["diff"], "diff", theme="ansi_dark", word_wrap=True))
     for w in report["warnings"]:
-        out.print(f"[yellow]warning[/] {w}", soft_wrap=True)
+        out.print(f"[yellow]warning[/] {esc(w)}", soft_wrap=True)
+    if live:
+        _print_live(report["live"])
     return 0 if report["ok"] else 1
+
+
+def _print_live(live: dict[str, Any]) -> None:
+    out.print(f"[bold]live checks[/] (via {'the agent' if live['source'] == 'agent' else 'direct probes'})")
+    table = Table("channel", "protocol", "verdict", "latency", "details")
+    for name, ch in (live.get("channels") or {}).items():
+        for proto, p in (ch.get("protocols") or {}).items():
+            verdict = p.get("verdict")
+            lat = (p.get("latency_ms") or {}).get("last")
+            details = p.get("message") or ""
+            if p.get("working_base"):
+                details += f" (works: {p['working_base']})"
+            table.add_row(name, proto, f"[{'green' if verdict == 'ok' else 'red'}]{verdict}[/]",
+                          f"{lat:.0f} ms" if lat is not None else "-", esc(details))
+    out.print(table)
+    gpus = live.get("gpus") or {}
+    if gpus.get("gpus"):
+        for g in gpus["gpus"]:
+            free, total = g.get("free_bytes"), g.get("total_bytes")
+            procs = ", ".join(f"{p.get('pid')}{' (vLLM)' if p.get('vllm') else ''}" for p in g.get("processes") or [])
+            out.print(f"GPU {g.get('index')} {g.get('name')}: "
+                      + (f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB" if free and total else "memory unknown")
+                      + (f"; processes: {procs}" if procs else ""))
+    else:
+        out.print(f"GPUs: none ({gpus.get('reason')})", markup=False)
+    host = live.get("host") or {}
+    if host.get("total_bytes"):
+        out.print(f"host memory: {host['available_bytes'] / 2**30:.1f} GiB available of {host['total_bytes'] / 2**30:.1f} GiB")
+    vllm = live.get("vllm") or {}
+    line = f"vLLM: {vllm.get('state')}"
+    if vllm.get("note"):
+        line += f" ({vllm['note']})"
+    out.print(line, soft_wrap=True, markup=False)
+    pc = live.get("prefix_cache")
+    if pc:
+        out.print(f"prefix-cache hit rate: {pc['hit_rate']:.0%}" + (f" (low: {pc['hint']})" if pc["low"] else ""))
+    for p in live["problems"]:
+        out.print(f"[red]problem[/] {esc(p)}", soft_wrap=True)
+    out.print("[green]live: healthy[/]" if live["ok"] else "[red]live: not healthy[/]")
 
 
 def _facts_line(name: str, facts: dict[str, Any]) -> str:
@@ -150,7 +201,7 @@ def use_cmd(
     profile, warnings = use_model(state.profile, model, channel)
     out.print(f"profile: model = {model}" + (f", channel = {channel}" if channel else "") + f" ({profile.path})")
     for w in warnings:
-        out.print(f"[yellow]warning[/] {w}")
+        out.print(f"[yellow]warning[/] {esc(w)}")
     if no_sync:
         return 0
     report = sync(profile)
