@@ -16,8 +16,11 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import tomlkit
 from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
@@ -65,9 +68,48 @@ def _state_table(home: Path, title: str) -> Table:
     return table
 
 
+class StandInGateway:
+    """A loopback stand-in for the hosted gateway, so the demo's live checks send nothing off this machine.
+
+    Serves ``GET /api/v1/models`` (what ``doctor --live`` probes) to any ``sk-demo-`` key, 401 otherwise.
+    """
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                auth = self.headers.get("authorization", "") or self.headers.get("x-api-key", "")
+                ok = self.path == "/api/v1/models" and "sk-demo-" in auth
+                body = json.dumps({"data": [{"id": "deepseek-chat"}]} if ok else {"error": "no"}).encode()
+                self.send_response(200 if ok else (401 if self.path == "/api/v1/models" else 404))
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.root = f"http://127.0.0.1:{self.server.server_address[1]}/api"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _point_at(home: Path, root: str) -> None:
+    """Edit the profile's taotoken base_url (tomlkit: comments stay), as a person would in an editor."""
+    path = home / ".config/conduit/profile.toml"
+    doc = tomlkit.parse(path.read_text())
+    doc["channels"]["taotoken"]["base_url"] = root  # type: ignore[index]
+    path.write_text(tomlkit.dumps(doc))
+
+
 def run_demo(keep: bool = False) -> int:
     """Run the demo; returns 0 when every step succeeded. ``keep`` leaves the temporary HOME in place."""
     home = Path(tempfile.mkdtemp(prefix="conduit-demo-"))
+    gateway = StandInGateway()
     rc = 0
     try:
         console.print(Rule("conduit demo: one profile, three tools"))
@@ -79,6 +121,9 @@ def run_demo(keep: bool = False) -> int:
                       "plugins, an old gateway), ~/.cline/data/settings/providers.json (Cline CLI 3.x), "
                       "~/.cc-switch/cc-switch.db (CC Switch v3.20, schema 17, one provider).\n")
         rc |= _run(home, "init", "--no-discover")
+        _point_at(home, gateway.root)
+        console.print(f"(the demo points channels.taotoken.base_url at a stand-in gateway, {gateway.root}, so "
+                      "the live checks below send nothing off this machine)\n", markup=False)
         rc |= _run(home, "key", "set", "taotoken", stdin="sk-demo-first-key-7c1e\n",
                    shown="printf 'sk-demo-first-key-7c1e\\n' | conduit key set taotoken")
         console.print(Rule("1. first sync: see the diffs, then write"))
@@ -95,12 +140,13 @@ def run_demo(keep: bool = False) -> int:
                    shown="printf 'sk-demo-second-key-91ab\\n' | conduit key set taotoken")
         rc |= _run(home, "sync")
         console.print(_state_table(home, "after the key change"))
-        console.print(Rule("4. doctor"))
-        _run(home, "doctor")
+        console.print(Rule("4. doctor, with live checks"))
+        rc |= _run(home, "doctor", "--live")
         console.print(Rule("5. a second sync writes nothing"))
         rc |= _run(home, "sync")
         console.print("\n[green]demo finished[/]" if rc == 0 else "\n[red]a step failed (see above)[/]")
     finally:
+        gateway.close()
         if keep:
             console.print(f"kept {home}")
         else:

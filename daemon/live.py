@@ -73,8 +73,20 @@ def _direct(profile_path: str | Path | None) -> dict[str, Any]:
     gpus = report_json(default_probe().sample(()))
     return {"source": "direct", "channels": channels, "channel_note": note, "gpus": gpus,
             "host": dataclasses.asdict(host_snapshot()),
-            "vllm": {"state": "unknown", "note": "no conduit agent runs, so no vLLM is supervised; start "
-                     "`conduit agent` to supervise the profile's [vllm]"}}
+            "vllm": _vllm_without_agent(profile_path)}
+
+
+def _vllm_without_agent(profile_path: str | Path | None) -> dict[str, Any]:
+    from conduit.daemon.profile import load_profile
+
+    try:
+        configured = load_profile(profile_path).model.vllm is not None
+    except ConduitError:
+        configured = False
+    if not configured:
+        return {"state": "not_configured"}
+    return {"state": "unknown", "note": "no conduit agent runs, so no vLLM is supervised; start `conduit agent` "
+            "to supervise the profile's [vllm]"}
 
 
 def _prefix_cache(vllm: dict[str, Any]) -> dict[str, Any] | None:
