@@ -19,6 +19,7 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check daemon adapters conduit tests bench
+	$(BIN)/mypy daemon adapters conduit
 
 # Everything, including the real-vLLM tier (which builds or reuses its venv outside the repo).
 test: lint

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from conduit.adapters.base import Env, NotFound, SqliteTarget, Target, ToolSettings
 from conduit.adapters.claude_code import SECRET_VARS, anthropic_env, merge_env
 from conduit.adapters.errors import ToolFileError, fingerprint
-from conduit.adapters.jsonfile import json_target, read_json_quietly
+from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
 
 APP_TYPE = "claude"
 KNOWN_SCHEMA = 17
@@ -214,12 +214,12 @@ def _legacy_transform(settings: ToolSettings, pid: str, make_current: bool):
     wanted_env = anthropic_env(settings)
 
     def transform(doc: dict[str, Any]) -> dict[str, Any]:
-        claude = doc.get("claude") if isinstance(doc.get("claude"), dict) else {}
-        providers = claude.get("providers") if isinstance(claude.get("providers"), dict) else {}
-        entry = dict(providers.get(pid) or {})
+        claude = as_object(doc.get("claude"))
+        providers = as_object(claude.get("providers"))
+        entry = dict(as_object(providers.get(pid)))
         entry.setdefault("id", pid)
         entry["name"] = f"conduit: {settings.channel}"
-        config = entry.get("settingsConfig") if isinstance(entry.get("settingsConfig"), dict) else {}
+        config = as_object(entry.get("settingsConfig"))
         entry["settingsConfig"] = {**config, "env": merge_env(config.get("env"), wanted_env)}
         providers[pid] = entry
         claude["providers"] = providers

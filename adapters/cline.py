@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings, Unsupported
 from conduit.adapters.errors import fingerprint
-from conduit.adapters.jsonfile import json_target, read_json_quietly
+from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
 
 PROVIDER_ID = "openai-compatible"
 SECRET_KEYS = frozenset({"openAiApiKey", "apiKey"})
@@ -165,9 +165,9 @@ class Cline:
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
             doc.setdefault("version", 1)
             doc["lastUsedProvider"] = PROVIDER_ID
-            providers = doc.get("providers") if isinstance(doc.get("providers"), dict) else {}
-            entry = dict(providers.get(PROVIDER_ID) or {})
-            old = entry.get("settings") if isinstance(entry.get("settings"), dict) else {}
+            providers = as_object(doc.get("providers"))
+            entry = dict(as_object(providers.get(PROVIDER_ID)))
+            old = as_object(entry.get("settings"))
             new = {**old, **wanted}
             # Cline's own key order for a new entry: settings, updatedAt, tokenSource.
             entry = {"settings": new, **{k: v for k, v in entry.items() if k != "settings"}}

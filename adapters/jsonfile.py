@@ -202,3 +202,9 @@ def read_json_quietly(path: Path) -> tuple[dict[str, Any], str | None]:
         return parse_json_object(text, path=path), None
     except ToolFileError as exc:
         return {}, exc.message
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else a new empty one (a tool file with an odd shape is merged into,
+    not crashed on)."""
+    return value if isinstance(value, dict) else {}

@@ -48,6 +48,9 @@ from conduit.daemon.normalize import normalize_base_url
 ProtocolName = Literal["openai", "anthropic", "gemini"]
 
 
+DEFAULT_PROTOCOLS: tuple[ProtocolName, ...] = ("openai", "anthropic")
+
+
 class Channel(BaseModel):
     """A gateway: where requests go and how they authenticate.
 
@@ -66,7 +69,7 @@ class Channel(BaseModel):
 
     base_url: str
     base_urls: dict[ProtocolName, str] = Field(default_factory=dict)
-    protocols: list[ProtocolName] = Field(default_factory=lambda: ["openai", "anthropic"], min_length=1)
+    protocols: list[ProtocolName] = Field(default_factory=lambda: list(DEFAULT_PROTOCOLS), min_length=1)
     key: KeySource | None = None
     models: list[str] = Field(default_factory=list)
     timeout: float | None = Field(default=None, gt=0)
@@ -297,6 +300,7 @@ def _normalize_roots(loaded: LoadedProfile) -> None:
     for cname, ch in loaded.model.channels.items():
         roots: dict[str, Root] = {}
         for proto in ch.protocols:
+            keys: tuple[str, ...]
             if proto in ch.base_urls:
                 raw, keys = ch.base_urls[proto], ("channels", cname, "base_urls", proto)
             else:

