@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import Env, NotFound, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import parse_yaml, read_dotenv, tool_version, yaml_target
 
@@ -74,7 +74,7 @@ class Aider:
             raise NotFound(f"Aider not found: no {path}, no ~/.aider and no `aider` on PATH; install Aider, or "
                            "set [tools.aider] create = true")
         wanted: dict[str, Any] = {"openai-api-base": settings.root.openai_base(),
-                                  "openai-api-key": settings.key if settings.key is not None else NO_KEY,
+                                  "openai-api-key": settings.key_or_placeholder,
                                   "model": f"openai/{settings.model}"}
         if settings.small_model:
             wanted["weak-model"] = f"openai/{settings.small_model}"

@@ -83,6 +83,12 @@ class ToolSettings:
     timeout_s: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def key_or_placeholder(self) -> str:
+        """The key to write into a tool: the key, or ``NO_KEY`` for a channel that needs none (the tools'
+        SDKs refuse an empty key)."""
+        return self.key if self.key is not None else NO_KEY
+
 
 class Env:
     """The environment adapters locate files in: HOME, environment variables and the working directory.

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from conduit.adapters.base import NO_KEY, Env, NoOptions, Target, ToolSettings
+from conduit.adapters.base import Env, NoOptions, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.jsonfile import json_target, read_json_quietly
 
@@ -47,7 +47,7 @@ def anthropic_env(settings: ToolSettings) -> dict[str, str | None]:
     Every model slot points at a model the gateway serves: the aliases (sonnet, opus) at the main model, the
     haiku (background) slot at ``small_model`` or else the main model.
     """
-    key = settings.key if settings.key is not None else NO_KEY
+    key = settings.key_or_placeholder
     auth_var = "ANTHROPIC_API_KEY" if settings.auth == "x-api-key" else "ANTHROPIC_AUTH_TOKEN"
     env: dict[str, str | None] = {"ANTHROPIC_BASE_URL": settings.root.anthropic_base()}
     for var in AUTH_VARS:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings, Unsupported
+from conduit.adapters.base import Env, NotFound, Target, ToolSettings, Unsupported
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
 
@@ -146,7 +146,7 @@ class Cline:
             return doc
 
         def secrets(doc: dict[str, Any]) -> dict[str, Any]:
-            doc["openAiApiKey"] = settings.key if settings.key is not None else NO_KEY
+            doc["openAiApiKey"] = settings.key_or_placeholder
             return doc
 
         return [
@@ -157,7 +157,7 @@ class Cline:
     def _generation_c(self, settings: ToolSettings, env: Env) -> Target:
         wanted = {
             "provider": PROVIDER_ID,
-            "apiKey": settings.key if settings.key is not None else NO_KEY,
+            "apiKey": settings.key_or_placeholder,
             "model": settings.model,
             "baseUrl": settings.root.openai_base(),
         }

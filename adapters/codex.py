@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 import tomlkit
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import Env, NotFound, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
 
@@ -98,7 +98,7 @@ class Codex:
         home = codex_home(env)
         if not home.is_dir() and not opts.create:
             raise NotFound(f"Codex CLI not found: no {home}; install Codex, or set [tools.codex] create = true")
-        key = settings.key if settings.key is not None else NO_KEY
+        key = settings.key_or_placeholder
         inline = opts.key_method == "inline"
         wanted: dict[str, Any] = {"name": f"conduit ({settings.channel})",
                                   "base_url": settings.root.openai_base(), "wire_api": opts.wire_api}

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings, Unsupported
+from conduit.adapters.base import Env, NotFound, Target, ToolSettings, Unsupported
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import parse_yaml, yaml_target
 
@@ -65,7 +65,7 @@ class Continue:
             raise Unsupported(f"{d / 'config.json'} is Continue's deprecated JSON config; let Continue migrate "
                               "it to config.yaml (or create config.yaml), then sync again")
         owned = {"provider": "openai", "model": settings.model, "apiBase": settings.root.openai_base(),
-                 "apiKey": settings.key if settings.key is not None else NO_KEY}
+                 "apiKey": settings.key_or_placeholder}
 
         def transform(doc: Any) -> None:
             from ruamel.yaml.comments import CommentedMap, CommentedSeq

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import Env, NotFound, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv, tool_version
 
@@ -87,7 +87,7 @@ class Gemini:
         if not d.is_dir() and not opts.create:
             raise NotFound(f"Gemini CLI not found: no {d}; install Gemini CLI, or set [tools.gemini] create = true")
         wanted = {"GOOGLE_GEMINI_BASE_URL": settings.root.url,
-                  "GEMINI_API_KEY": settings.key if settings.key is not None else NO_KEY,
+                  "GEMINI_API_KEY": settings.key_or_placeholder,
                   "GEMINI_MODEL": settings.model}
 
         def auth_edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:

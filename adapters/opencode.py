@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import Env, NotFound, Target, ToolSettings
 from conduit.adapters.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
 
 PROVIDER_ID = "conduit"
@@ -87,7 +87,7 @@ class OpenCode:
         if not path.parent.is_dir() and not opts.create:
             raise NotFound(f"OpenCode not found: no {path.parent}; install OpenCode, or set [tools.opencode] "
                            "create = true")
-        key = settings.key if settings.key is not None else NO_KEY
+        key = settings.key_or_placeholder
         targets: list[Target] = []
         if opts.key_source == "file":
             kf = key_file(settings.channel)
