@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-Protocol_ = Literal["openai", "anthropic"]
+Protocol_ = Literal["openai", "anthropic", "gemini"]
 
 # Written in place of a key for a channel that needs none (a local vLLM without --api-key): the tools'
 # SDKs refuse an empty key, and such a server accepts any.

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import NO_KEY, Env, NoOptions, Target, ToolSettings
 from conduit.adapters.errors import fingerprint
@@ -137,6 +137,8 @@ def _effective(var: str, user_env: dict[str, Any], layers: list[tuple[str, Path]
                user_path: Path) -> dict[str, Any]:
     """Which value Claude Code will use for ``var`` and why (higher layers first; shell env lowest)."""
     for label, path in layers:
+        if path.exists() and user_path.exists() and path.resolve() == user_path.resolve():
+            continue  # run from HOME, the "project" file is the user file itself
         doc, _ = read_json_quietly(path)
         layer_env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
         if var in layer_env:

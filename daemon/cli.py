@@ -80,4 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Run through the imported module, not this __main__ copy: command modules register on
+    # `conduit.daemon.cli.app`, which is a different object from this file's `app` when run with -m.
+    from conduit.daemon.cli import main as _main
+
+    sys.exit(_main())

@@ -117,7 +117,7 @@ def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-reada
         details = t.get("message") or _facts_line(name, facts)
         table.add_row(t["display"], f"[{_STYLE.get(t['state'], 'white')}]{t['state']}[/]", details or "")
     out.print(table)
-    for name, t in report["tools"].items():
+    for t in report["tools"].values():
         if t.get("diff"):
             out.print(f"[bold]{t['display']}[/] differs from the profile:")
             out.print(Syntax(t["diff"], "diff", theme="ansi_dark", word_wrap=True))
@@ -175,7 +175,7 @@ def restore_cmd(
             return 0
         table = Table("id", "created (UTC)", "file", "bytes")
         for b in backups:
-            table.add_row(b.id, str(b.created), str(b.original), str(b.size))
+            table.add_row(b.id, b.created.strftime("%Y-%m-%d %H:%M:%S"), str(b.path), str(b.size))
         out.print(table)
         return 0
     for p in store.restore(tool, backup_id):

@@ -4,4 +4,7 @@ One import line per module: a module that adds commands imports ``app`` from ``c
 decorates its functions. Keeping this list here means cli.py never grows.
 """
 
-from conduit.daemon import cmd_sync  # noqa: F401,E402  init, sync, doctor, use, restore
+import conduit.daemon.cmd_bench  # noqa: F401  bench (streaming load generator, concurrency sweep)
+import conduit.daemon.cmd_key  # noqa: F401  key set/list/rm
+import conduit.daemon.cmd_plan  # noqa: F401  plan (vLLM memory ledger)
+import conduit.daemon.cmd_sync  # noqa: F401  init, sync, doctor, use, restore, demo

@@ -42,10 +42,10 @@ from conduit.adapters.base import Root
 from conduit.adapters.errors import ProfileError
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon import paths
-from conduit.daemon.keys import KeySource
+from conduit.daemon.keys import KeySource, key_source_from
 from conduit.daemon.normalize import normalize_base_url
 
-ProtocolName = Literal["openai", "anthropic"]
+ProtocolName = Literal["openai", "anthropic", "gemini"]
 
 
 class Channel(BaseModel):
@@ -186,12 +186,18 @@ def _toml_reason(exc: tomlkit.exceptions.ParseError) -> str:
 
 def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, Any]) -> ProfileError:
     """Turn pydantic's first error into one sentence with file, line, key path, and a fix."""
-    err = exc.errors()[0]
+    # An unknown key explains a "missing" one (a typo of it), so report unknown keys first.
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    err = errors[0]
     # pydantic inserts validator tags such as "function-after[...]" into locations; they are not keys.
     loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
     keypath = ".".join(str(x) for x in loc)
     where = _where(path, text, loc)
     kind = err["type"]
+    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "key":
+        # key_source_from words every key-source mistake without ever quoting the value (it may be a key).
+        value = data.get("channels", {}).get(loc[1], {}).get("key")
+        key_source_from(value, where=f"{_where(path, text, loc[:3])}: channels.{loc[1]}.key")
     if kind == "extra_forbidden":
         parent = loc[:-1]
         allowed = _allowed_keys(parent)
@@ -215,7 +221,7 @@ def _allowed_keys(parent: Sequence[Any]) -> list[str]:
     if parent[0] == "channels" and len(parent) == 3 and parent[2] == "key":
         return list(KeySource.model_fields)
     if parent[0] == "channels" and len(parent) == 3 and parent[2] == "base_urls":
-        return ["openai", "anthropic"]
+        return ["openai", "anthropic", "gemini"]
     return []
 
 
@@ -295,7 +301,7 @@ def _normalize_roots(loaded: LoadedProfile) -> None:
                 raw, keys = ch.base_urls[proto], ("channels", cname, "base_urls", proto)
             else:
                 raw, keys = ch.base_url, ("channels", cname, "base_url")
-            norm = normalize_base_url(raw, where=loaded.where(*keys))
+            norm = normalize_base_url(raw, where=f"{loaded.where(*keys)}: {'.'.join(keys)}")
             roots[proto] = norm.root
             for notice in norm.notices:
                 text = f"channels.{cname}: {notice}"

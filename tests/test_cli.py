@@ -53,8 +53,9 @@ def test_init_key_set_sync_doctor_use_restore(temp_home: Path) -> None:
     r = conduit(temp_home, "doctor", "--json")
     no_traceback(r)
     rep = json.loads(r.stdout)
-    assert {k: v["state"] for k, v in rep["tools"].items()} == {"claude_code": "in_sync", "cline": "in_sync",
-                                                                 "cc_switch": "in_sync"}
+    assert {k: v["state"] for k, v in rep["tools"].items() if v["managed"]} == {
+        "claude_code": "in_sync", "cline": "in_sync", "cc_switch": "in_sync"}
+    assert rep["tools"]["codex"]["state"] == "not_managed" and rep["ok"] is True
     assert "sk-test-0123456789abcd" not in r.stdout
     r = conduit(temp_home, "use", "deepseek-chat")
     assert r.returncode == 0, r.stderr

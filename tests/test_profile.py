@@ -47,8 +47,8 @@ def err(text: str, tmp_path: Path) -> str:
 
 
 def test_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
-    msg = err(MINIMAL.replace('protocols = ["openai", "anthropic"]', 'protocols = ["openai", "anthropic"'), tmp_path)
-    assert "profile.toml:8:" in msg and "not valid TOML" in msg
+    msg = err(MINIMAL.replace('channel = "taotoken"', 'channel = "taotoken'), tmp_path)
+    assert "profile.toml:2:" in msg and "not valid TOML" in msg
 
 
 def test_unknown_key_did_you_mean_with_line(tmp_path: Path) -> None:

@@ -92,7 +92,9 @@ def test_cc_switch_row_url_reaches_messages(temp_home: Path, gateway: Gateway, r
     env = cfg["env"]
     client = anthropic.Anthropic(base_url=env["ANTHROPIC_BASE_URL"], api_key=env["ANTHROPIC_API_KEY"], max_retries=0)
     client.messages.create(model=env["ANTHROPIC_MODEL"], max_tokens=8, messages=[{"role": "user", "content": "x"}])
-    assert gateway.requests == [("POST", "/api/v1/messages", "sk-test-abc")]
+    # anthropic-python 2.x sends api_key as a Bearer header; Claude Code sends it as x-api-key. Either reaches.
+    ((method, path, auth),) = gateway.requests
+    assert (method, path) == ("POST", "/api/v1/messages") and auth in ("sk-test-abc", "Bearer sk-test-abc")
 
 
 @pytest.mark.parametrize("generation", ["B", "C"])

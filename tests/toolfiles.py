@@ -23,6 +23,7 @@ from conduit.daemon.samples import (  # noqa: F401  re-exported for the tests
 )
 from conduit.daemon.sync import SyncReport, sync
 
+
 def write_profile(home: Path, base_url: str = "https://gw.example.com/api", *, key_text: str | None = "sk-test-abc\n",
                   tools: tuple[str, ...] = ("claude_code", "cline", "cc_switch"), extra: str = "",
                   model: str = "claude-sonnet-4-20250514", small_model: str | None = "claude-3-5-haiku-20241022",

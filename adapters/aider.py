@@ -1,0 +1,124 @@
+"""Aider: ``openai-api-base``, ``model`` and the key in ``~/.aider.conf.yml``.
+
+Facts (Aider-AI/aider ``aider/main.py``, ``aider/args.py``; aider.chat docs "YAML config file", "Config with
+.env", "OpenAI compatible APIs"):
+- Config files, later wins: ``~/.aider.conf.yml``, ``<git root>/.aider.conf.yml``, ``./.aider.conf.yml``
+  (YAML; comments kept by ruamel.yaml round-trip). Environment variables ``AIDER_<OPTION>`` outrank every
+  config file (configargparse), and ``.env`` files (``~/.env``, git root, cwd, ``--env-file``) are loaded with
+  ``override=True``, so an ``AIDER_*`` line in any of them outranks the YAML too.
+- An OpenAI-compatible endpoint: ``openai-api-base`` (exported as ``OPENAI_API_BASE`` for litellm, which
+  requests ``base + "/chat/completions"``: the version segment is included) and ``model: openai/<model id>``
+  (litellm's ``openai/`` prefix routes any model name to that endpoint).
+- The key: ``openai-api-key`` in the same YAML (exported as ``OPENAI_API_KEY``, replacing one from the shell
+  or a ``.env``). conduit keeps it in Aider's own file (0600) rather than in ``~/.env``, which other programs
+  (Gemini CLI among them) read too. ``weak-model`` follows the profile's ``small_model`` when one is set.
+- Aider reads its configuration at start-up.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
+from conduit.adapters.errors import fingerprint
+from conduit.adapters.textformats import parse_yaml, read_dotenv, tool_version, yaml_target
+
+SECRETS = ("openai-api-key",)
+ENV_OVERRIDES = {"openai-api-base": "AIDER_OPENAI_API_BASE", "model": "AIDER_MODEL",
+                 "openai-api-key": "AIDER_OPENAI_API_KEY", "weak-model": "AIDER_WEAK_MODEL"}
+
+
+class AiderOptions(BaseModel):
+    """``[tools.aider]`` options.
+
+    Attributes:
+        create: write ``~/.aider.conf.yml`` even when Aider is not found (no file, not on PATH).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def conf_path(env: Env) -> Path:
+    """``~/.aider.conf.yml``."""
+    return env.home / ".aider.conf.yml"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        doc = parse_yaml(path.read_text(encoding="utf-8"), path=path)
+    except Exception:
+        return {}
+    return dict(doc)
+
+
+class Aider:
+    """Adapter for Aider's home YAML config."""
+
+    name: ClassVar[str] = "aider"
+    display_name: ClassVar[str] = "Aider"
+    protocol: ClassVar = "openai"
+    owned_keys: ClassVar = ("~/.aider.conf.yml: openai-api-base, openai-api-key, model, weak-model",)
+    restart_hint: ClassVar = "restart Aider: it reads its configuration at start-up"
+    Options: ClassVar[type[BaseModel]] = AiderOptions
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """One YAML target with the owned keys; everything else in the file is kept."""
+        opts = AiderOptions.model_validate(dict(settings.options))
+        path = conf_path(env)
+        if not (path.exists() or (env.home / ".aider").is_dir() or shutil.which("aider") or opts.create):
+            raise NotFound(f"Aider not found: no {path}, no ~/.aider and no `aider` on PATH; install Aider, or "
+                           "set [tools.aider] create = true")
+        wanted: dict[str, Any] = {"openai-api-base": settings.root.openai_base(),
+                                  "openai-api-key": settings.key if settings.key is not None else NO_KEY,
+                                  "model": f"openai/{settings.model}"}
+        if settings.small_model:
+            wanted["weak-model"] = f"openai/{settings.small_model}"
+
+        def transform(doc: Any) -> None:
+            for k, v in wanted.items():
+                if doc.get(k) != v:
+                    doc[k] = v
+
+        return [yaml_target(path, transform, secret_keys=SECRETS, label=path.name)]
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Facts for doctor: owned values and the higher layers (project YAML, AIDER_* in env or .env files)."""
+        path = conf_path(env)
+        doc = _read_yaml(path)
+        dotenvs = {}
+        for p in (env.home / ".env", env.cwd / ".env"):
+            try:
+                dotenvs[p] = read_dotenv(p.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                pass
+        project = env.cwd / ".aider.conf.yml"
+        pdoc = _read_yaml(project) if project != path and project.exists() else {}
+        effective: dict[str, Any] = {}
+        for key, var in ENV_OVERRIDES.items():
+            mask = fingerprint if key in SECRETS else (lambda v: v)
+            hits = [(str(p), vals[var]) for p, vals in dotenvs.items() if var in vals]
+            if hits:
+                src, val = hits[-1]
+                effective[key] = {"value": mask(val), "source": src, "overrides_conduit": True,
+                                  "why": f"{var} in a .env file outranks every .aider.conf.yml"}
+            elif env.get(var) is not None:
+                effective[key] = {"value": mask(env.get(var)), "source": "shell environment",
+                                  "overrides_conduit": True, "why": f"{var} outranks every .aider.conf.yml"}
+            elif key in pdoc:
+                effective[key] = {"value": mask(str(pdoc[key])), "source": str(project), "overrides_conduit": True,
+                                  "why": "a project .aider.conf.yml ranks above the home one"}
+            else:
+                effective[key] = {"value": mask(str(doc[key])) if key in doc else None,
+                                  "source": str(path) if key in doc else None, "overrides_conduit": False,
+                                  "why": "conduit's ~/.aider.conf.yml" if key in doc else "not set"}
+        return {"file": str(path), "exists": path.exists(),
+                "mode": oct(path.stat().st_mode & 0o777) if path.exists() else None,
+                "version": tool_version("aider"), "effective": effective}
+
+
+__all__ = ["Aider", "AiderOptions", "conf_path"]

@@ -1,0 +1,190 @@
+"""Codex CLI: a conduit-owned ``[model_providers.conduit]`` table in ``$CODEX_HOME/config.toml``.
+
+Facts (openai/codex: ``codex-rs/core/src/model_provider_info.rs``, ``codex-rs/arg0/src/lib.rs``,
+``docs/config.md``; openai/codex issue #11698 and discussion #7782):
+- Files: ``$CODEX_HOME/config.toml`` (``CODEX_HOME`` defaults to ``~/.codex``), TOML. Root keys must come
+  before tables; tomlkit keeps the user's comments, MCP servers and other providers as they are.
+- ``model_provider = "<id>"`` selects ``[model_providers.<id>]`` (``name``, ``base_url``, ``wire_api``,
+  ``env_key``...). Overriding the built-in ``openai`` provider's ``base_url`` in TOML is ignored (issue
+  #11698), so conduit uses its own id ``conduit``.
+- Codex requests ``base_url + "/responses"`` (``wire_api = "responses"``) or ``base_url +
+  "/chat/completions"`` (``"chat"``); it never adds ``/v1``, so ``base_url`` carries the version segment.
+  ``"chat"`` was deprecated in late 2025 and refused at start-up since early 2026 (Codex >= ~0.12x), so the
+  default is ``responses``; ``[tools.codex] wire_api = "chat"`` serves older Codex versions.
+- Key: ``env_key`` names an environment variable; a missing or empty one is a hard error. The CLI loads
+  ``$CODEX_HOME/.env`` at start-up and sets every variable in it (overriding the shell; names starting with
+  ``CODEX_`` are refused), so conduit writes ``CONDUIT_API_KEY=<key>`` there (mode 0600) and the literal key
+  stays out of config.toml. ``key_method = "inline"`` writes ``experimental_bearer_token`` in the provider
+  table instead (for surfaces that do not read ``.env``); config.toml is then kept 0600. ``auth.json`` is not
+  needed: a custom provider does not ``requires_openai_auth``.
+- Higher layers: ``-c``/``--config`` flags, ``--profile``/``profile = "..."`` (a profile may set its own
+  ``model_provider``/``model``), a trusted project's ``.codex/config.toml`` (may set ``model``). Codex reads
+  config.toml only at start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import tomlkit
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
+from conduit.adapters.errors import fingerprint
+from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
+
+PROVIDER_ID = "conduit"
+KEY_VAR = "CONDUIT_API_KEY"
+SECRETS = ("experimental_bearer_token", KEY_VAR)
+
+
+class CodexOptions(BaseModel):
+    """``[tools.codex]`` options.
+
+    Attributes:
+        wire_api: ``responses`` (current Codex; the gateway must serve ``/v1/responses``) or ``chat`` (Codex
+            versions before the chat wire API was removed).
+        key_method: ``dotenv`` (``env_key`` + ``$CODEX_HOME/.env``) or ``inline``
+            (``experimental_bearer_token`` in config.toml).
+        create: write config.toml even when ``$CODEX_HOME`` does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    wire_api: Literal["responses", "chat"] = "responses"
+    key_method: Literal["dotenv", "inline"] = "dotenv"
+    create: bool = False
+
+
+def codex_home(env: Env) -> Path:
+    """``$CODEX_HOME`` or ``~/.codex``."""
+    base = env.get("CODEX_HOME")
+    return Path(base).expanduser() if base else env.home / ".codex"
+
+
+def _set_root(doc: tomlkit.TOMLDocument, key: str, value: str) -> None:
+    """Set a root key; a new one goes right after the last root key (not after a table's leading comment)."""
+    if key in doc:
+        if doc[key] != value:
+            doc[key] = value
+        return
+    roots = [k for k, v in doc.items() if not isinstance(v, tomlkit.items.Table | tomlkit.items.AoT)]
+    try:
+        if roots:
+            doc._insert_after(roots[-1], key, value)  # tomlkit's Container API: keeps the order a person reads
+            return
+    except Exception:  # an older or newer tomlkit without it: plain assignment is still valid TOML
+        pass
+    doc[key] = value
+
+
+class Codex:
+    """Adapter for Codex CLI's config.toml (and its ``.env`` for the key)."""
+
+    name: ClassVar[str] = "codex"
+    display_name: ClassVar[str] = "Codex CLI"
+    protocol: ClassVar = "openai"
+    owned_keys: ClassVar = (
+        "config.toml: model, model_provider, model_providers.conduit.{name,base_url,wire_api,env_key,"
+        "experimental_bearer_token}",
+        f".env: {KEY_VAR}",
+    )
+    restart_hint: ClassVar = "start a new Codex session: it reads config.toml and .env only at start-up"
+    Options: ClassVar[type[BaseModel]] = CodexOptions
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Targets: config.toml (provider table, model, model_provider) and, for ``dotenv``, the key in .env."""
+        opts = CodexOptions.model_validate(dict(settings.options))
+        home = codex_home(env)
+        if not home.is_dir() and not opts.create:
+            raise NotFound(f"Codex CLI not found: no {home}; install Codex, or set [tools.codex] create = true")
+        key = settings.key if settings.key is not None else NO_KEY
+        inline = opts.key_method == "inline"
+        wanted: dict[str, Any] = {"name": f"conduit ({settings.channel})",
+                                  "base_url": settings.root.openai_base(), "wire_api": opts.wire_api}
+
+        def transform(doc: tomlkit.TOMLDocument) -> None:
+            _set_root(doc, "model", settings.model)
+            _set_root(doc, "model_provider", PROVIDER_ID)
+            providers = doc.get("model_providers")
+            if providers is None:
+                providers = tomlkit.table(is_super_table=True)
+                doc["model_providers"] = providers
+            table = providers.get(PROVIDER_ID)
+            if table is None:
+                table = tomlkit.table()
+                for k, v in wanted.items():
+                    table[k] = v
+                table["env_key" if not inline else "experimental_bearer_token"] = KEY_VAR if not inline else key
+                table.add(tomlkit.nl())
+                providers[PROVIDER_ID] = table
+            for k, v in wanted.items():
+                if table.get(k) != v:
+                    table[k] = v
+            if inline:
+                table.pop("env_key", None)
+                if table.get("experimental_bearer_token") != key:
+                    table["experimental_bearer_token"] = key
+            else:
+                table.pop("experimental_bearer_token", None)
+                if table.get("env_key") != KEY_VAR:
+                    table["env_key"] = KEY_VAR
+
+        targets: list[Target] = [toml_target(home / "config.toml", transform, secret_keys=SECRETS,
+                                             label="config.toml")]
+        if not inline:
+            targets.append(dotenv_target(home / ".env", {KEY_VAR: key}, secret_keys=SECRETS, label=".env"))
+        return targets
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Facts for doctor: files, owned values (key masked), and what overrides conduit's choice."""
+        home = codex_home(env)
+        path = home / "config.toml"
+        try:
+            doc, error = parse_toml(path.read_text(encoding="utf-8"), path=path).unwrap(), None
+        except FileNotFoundError:
+            doc, error = {}, None
+        except Exception as exc:  # ToolFileError, OSError, UnicodeDecodeError
+            doc, error = {}, str(exc)
+        provider = (doc.get("model_providers") or {}).get(PROVIDER_ID) or {}
+        try:
+            dotenv = read_dotenv((home / ".env").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            dotenv = {}
+        effective: dict[str, Any] = {}
+        active = doc.get("profile")
+        prof = (doc.get("profiles") or {}).get(active) if active else None
+        for k in ("model_provider", "model"):
+            if isinstance(prof, dict) and k in prof:
+                effective[k] = {"value": prof[k], "source": f"{path} [profiles.{active}]", "overrides_conduit":
+                                prof[k] != doc.get(k), "why": f"profile = \"{active}\" selects a profile that "
+                                "sets its own value"}
+        project = env.cwd / ".codex" / "config.toml"
+        if project != path and project.exists():
+            try:
+                pdoc = parse_toml(project.read_text(encoding="utf-8"), path=project).unwrap()
+            except Exception:
+                pdoc = {}
+            if "model" in pdoc:
+                effective["model"] = {"value": pdoc["model"], "source": str(project), "overrides_conduit":
+                                      pdoc["model"] != doc.get("model"),
+                                      "why": "a trusted project's .codex/config.toml ranks above ~/.codex"}
+        if provider.get("env_key") == KEY_VAR and KEY_VAR not in dotenv:
+            shell = env.get(KEY_VAR)
+            effective[KEY_VAR] = {"value": fingerprint(shell), "source": "shell environment" if shell else None,
+                                  "overrides_conduit": False,
+                                  "why": f"not in {home / '.env'}" + ("" if shell else "; Codex will refuse to start")}
+        return {
+            "file": str(path), "exists": path.exists(), "parse_error": error,
+            "owned": {"model_provider": doc.get("model_provider"), "model": doc.get("model"),
+                      "base_url": provider.get("base_url"), "wire_api": provider.get("wire_api"),
+                      "env_key": provider.get("env_key"),
+                      "experimental_bearer_token": fingerprint(provider.get("experimental_bearer_token"))
+                      if provider.get("experimental_bearer_token") else None,
+                      KEY_VAR: fingerprint(dotenv.get(KEY_VAR)) if KEY_VAR in dotenv else None},
+            "builtin_openai_override_ignored": "base_url" in ((doc.get("model_providers") or {}).get("openai") or {}),
+            "effective": effective,
+        }
+
+
+__all__ = ["Codex", "CodexOptions", "codex_home"]

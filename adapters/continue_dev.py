@@ -1,0 +1,111 @@
+"""Continue: a conduit-managed model entry in ``~/.continue/config.yaml``.
+
+Facts (continuedev/continue docs "config.yaml reference" and "OpenAI compatible providers"; ``core/llm/index.ts``
+and ``packages/openai-adapters``):
+- File: ``$CONTINUE_GLOBAL_DIR/config.yaml``, default ``~/.continue/config.yaml`` (``name``, ``version``,
+  ``schema: v1``, ``models: [...]``, plus ``context``, ``rules``, ``mcpServers``...). The older
+  ``config.json`` is deprecated; conduit does not write it.
+- A model entry: ``name``, ``provider: openai``, ``model``, ``apiBase``, ``apiKey``, ``roles``. Continue adds a
+  trailing ``/`` to ``apiBase`` and requests ``apiBase + "chat/completions"``: ``apiBase`` carries the version
+  segment. conduit owns the entry named ``conduit`` (its ``provider``, ``model``, ``apiBase`` and ``apiKey``;
+  other fields such as ``roles`` are the person's); the literal key is in the file, which conduit keeps 0600.
+- Comments and the rest of the file are kept (ruamel.yaml round-trip). Continue reloads config.yaml when it
+  changes; pick ``conduit`` in its model list once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings, Unsupported
+from conduit.adapters.errors import fingerprint
+from conduit.adapters.textformats import parse_yaml, yaml_target
+
+ENTRY_NAME = "conduit"
+
+
+class ContinueOptions(BaseModel):
+    """``[tools.continue]`` options.
+
+    Attributes:
+        create: write config.yaml even when ``~/.continue`` does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def continue_dir(env: Env) -> Path:
+    """``$CONTINUE_GLOBAL_DIR`` or ``~/.continue``."""
+    base = env.get("CONTINUE_GLOBAL_DIR")
+    return Path(base).expanduser() if base else env.home / ".continue"
+
+
+class Continue:
+    """Adapter for Continue's config.yaml (one model entry named ``conduit``)."""
+
+    name: ClassVar[str] = "continue"
+    display_name: ClassVar[str] = "Continue"
+    protocol: ClassVar = "openai"
+    owned_keys: ClassVar = ("config.yaml: models[name=conduit].{provider,model,apiBase,apiKey}",)
+    restart_hint: ClassVar = None  # Continue reloads config.yaml when it changes
+    Options: ClassVar[type[BaseModel]] = ContinueOptions
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """One YAML target: upsert the ``conduit`` model entry, keep every other entry, key and comment."""
+        opts = ContinueOptions.model_validate(dict(settings.options))
+        d = continue_dir(env)
+        path = d / "config.yaml"
+        if not d.is_dir() and not opts.create:
+            raise NotFound(f"Continue not found: no {d}; install Continue, or set [tools.continue] create = true")
+        if not path.exists() and (d / "config.json").exists():
+            raise Unsupported(f"{d / 'config.json'} is Continue's deprecated JSON config; let Continue migrate "
+                              "it to config.yaml (or create config.yaml), then sync again")
+        owned = {"provider": "openai", "model": settings.model, "apiBase": settings.root.openai_base(),
+                 "apiKey": settings.key if settings.key is not None else NO_KEY}
+
+        def transform(doc: Any) -> None:
+            from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+            if not doc:
+                doc.update({"name": "Local Config", "version": "1.0.0", "schema": "v1"})
+            models = doc.get("models")
+            if not isinstance(models, list):
+                models = CommentedSeq()
+                doc["models"] = models
+            entry = next((m for m in models if isinstance(m, dict) and m.get("name") == ENTRY_NAME), None)
+            if entry is None:
+                entry = CommentedMap(name=ENTRY_NAME)
+                models.append(entry)
+                entry.update(owned)
+                entry["roles"] = CommentedSeq(["chat", "edit", "apply"])
+                return
+            for k, v in owned.items():
+                if entry.get(k) != v:
+                    entry[k] = v
+
+        return [yaml_target(path, transform, secret_keys=("apiKey",), label="config.yaml")]
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Facts for doctor: the file and conduit's entry (key masked)."""
+        path = continue_dir(env) / "config.yaml"
+        try:
+            doc, error = parse_yaml(path.read_text(encoding="utf-8"), path=path), None
+        except FileNotFoundError:
+            doc, error = {}, None
+        except Exception as exc:
+            doc, error = {}, str(exc)
+        models = doc.get("models") if isinstance(doc.get("models"), list) else []
+        entry = next((m for m in models if isinstance(m, dict) and m.get("name") == ENTRY_NAME), {})
+        return {"file": str(path), "exists": path.exists(), "parse_error": error,
+                "mode": oct(path.stat().st_mode & 0o777) if path.exists() else None,
+                "owned": {"apiBase": entry.get("apiBase"), "model": entry.get("model"),
+                          "provider": entry.get("provider"), "apiKey": fingerprint(entry.get("apiKey"))
+                          if entry.get("apiKey") else None},
+                "models": [m.get("name") for m in models if isinstance(m, dict)], "effective": {}}
+
+
+__all__ = ["Continue", "ContinueOptions", "continue_dir"]

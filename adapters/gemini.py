@@ -1,0 +1,142 @@
+"""Gemini CLI: ``~/.gemini/.env`` (gateway URL, key, model) and the auth type in ``~/.gemini/settings.json``.
+
+Facts (google-gemini/gemini-cli ``packages/cli/src/config/settings.ts`` ``findEnvFile``/``loadEnvironment``/
+``loadSettings``; the ``@google/genai`` SDK's environment variables):
+- ``.env``: the first found of ``<dir>/.gemini/.env`` then ``<dir>/.env`` walking up from the working
+  directory, then ``~/.gemini/.env``, then ``~/.env``. Only that one file is loaded, and a variable is set
+  only when the real environment does not already have it: an exported variable outranks every file, and a
+  project ``.env`` hides ``~/.gemini/.env`` completely. ``inspect`` reports both. ``~`` is ``$GEMINI_CLI_HOME``
+  when set.
+- ``GOOGLE_GEMINI_BASE_URL``: the SDK's base URL for the Gemini API; it appends ``/<apiVersion>/models/...``
+  (``v1beta``), so the value is the gateway root without a version segment. ``GEMINI_API_KEY``: the key
+  (``x-goog-api-key``). ``GEMINI_MODEL``: the default model.
+- ``settings.json`` is JSON with comments (read through ``strip-json-comments``); nested format (>= 0.3):
+  ``security.auth.selectedType``; the flat format before it: ``selectedAuthType``. ``"gemini-api-key"`` makes
+  the CLI use ``GEMINI_API_KEY``. Layers: system defaults < user < workspace ``.gemini/settings.json`` <
+  system ``/etc/gemini-cli/settings.json``.
+- Environment and settings are read at start-up: restart running sessions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import NO_KEY, Env, NotFound, Target, ToolSettings
+from conduit.adapters.errors import fingerprint
+from conduit.adapters.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv, tool_version
+
+ENV_VARS = ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GEMINI_MODEL")
+SECRETS = ("GEMINI_API_KEY",)
+AUTH_TYPE = "gemini-api-key"
+
+
+class GeminiOptions(BaseModel):
+    """``[tools.gemini]`` options.
+
+    Attributes:
+        create: write the files even when ``~/.gemini`` does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def gemini_dir(env: Env) -> Path:
+    """``$GEMINI_CLI_HOME/.gemini`` or ``~/.gemini``."""
+    base = env.get("GEMINI_CLI_HOME")
+    return (Path(base).expanduser() if base else env.home) / ".gemini"
+
+
+def env_file_used(env: Env) -> Path | None:
+    """The one .env file Gemini CLI will load from ``env.cwd`` (its ``findEnvFile``), or None."""
+    home = gemini_dir(env).parent
+    d = env.cwd.resolve() if env.cwd.exists() else env.cwd
+    while True:
+        for candidate in (d / ".gemini" / ".env", d / ".env"):
+            if candidate.exists():
+                return candidate
+        if d.parent == d:
+            break
+        d = d.parent
+    for candidate in (home / ".gemini" / ".env", home / ".env"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+class Gemini:
+    """Adapter for Gemini CLI's user ``.env`` and ``settings.json``."""
+
+    name: ClassVar[str] = "gemini"
+    display_name: ClassVar[str] = "Gemini CLI"
+    protocol: ClassVar = "gemini"
+    owned_keys: ClassVar = (
+        ".gemini/.env: GOOGLE_GEMINI_BASE_URL, GEMINI_API_KEY, GEMINI_MODEL",
+        ".gemini/settings.json: security.auth.selectedType (or the flat selectedAuthType of older versions)",
+    )
+    restart_hint: ClassVar = "restart running Gemini CLI sessions: it reads .env and settings.json at start-up"
+    Options: ClassVar[type[BaseModel]] = GeminiOptions
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Targets: the three variables in ``.gemini/.env``; the auth type in ``settings.json`` (JSONC kept)."""
+        opts = GeminiOptions.model_validate(dict(settings.options))
+        d = gemini_dir(env)
+        if not d.is_dir() and not opts.create:
+            raise NotFound(f"Gemini CLI not found: no {d}; install Gemini CLI, or set [tools.gemini] create = true")
+        wanted = {"GOOGLE_GEMINI_BASE_URL": settings.root.url,
+                  "GEMINI_API_KEY": settings.key if settings.key is not None else NO_KEY,
+                  "GEMINI_MODEL": settings.model}
+
+        def auth_edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
+            if "selectedAuthType" in doc and not isinstance(doc.get("security"), dict):
+                return [(("selectedAuthType",), AUTH_TYPE)]  # the flat format of versions before 0.3
+            return [(("security", "auth", "selectedType"), AUTH_TYPE)]
+
+        return [
+            dotenv_target(d / ".env", wanted, secret_keys=SECRETS, label=".env"),
+            jsonc_target(d / "settings.json", auth_edits, secret_keys=SECRETS, label="settings.json"),
+        ]
+
+    def inspect(self, env: Env) -> dict[str, Any]:
+        """Facts for doctor: which .env Gemini CLI really loads, and each variable's effective value and source."""
+        d = gemini_dir(env)
+        ours = d / ".env"
+        used = env_file_used(env)
+        try:
+            values = read_dotenv(used.read_text(encoding="utf-8")) if used else {}
+        except (OSError, UnicodeDecodeError):
+            values = {}
+        effective: dict[str, Any] = {}
+        for var in ENV_VARS:
+            shell = env.get(var)
+            mask = (lambda v: fingerprint(v)) if var in SECRETS else (lambda v: v)
+            if shell is not None:
+                effective[var] = {"value": mask(shell), "source": "shell environment", "overrides_conduit": True,
+                                  "why": "Gemini CLI never lets a .env file replace an exported variable"}
+            elif used is not None and used != ours:
+                effective[var] = {"value": mask(values[var]) if var in values else None, "source": str(used),
+                                  "overrides_conduit": True,
+                                  "why": f"Gemini CLI loads only the first .env it finds; {used} hides {ours}"}
+            else:
+                effective[var] = {"value": mask(values[var]) if var in values else None,
+                                  "source": str(ours) if var in values else None, "overrides_conduit": False,
+                                  "why": "conduit's ~/.gemini/.env" if var in values else "not set anywhere"}
+        settings_path = d / "settings.json"
+        try:
+            doc, error = parse_jsonc(settings_path.read_text(encoding="utf-8"), path=settings_path), None
+        except FileNotFoundError:
+            doc, error = {}, None
+        except Exception as exc:
+            doc, error = {}, str(exc)
+        auth = ((doc.get("security") or {}).get("auth") or {}).get("selectedType") or doc.get("selectedAuthType")
+        return {"dir": str(d), "env_file": str(ours), "env_file_used": str(used) if used else None,
+                "settings": str(settings_path), "parse_error": error, "auth_type": auth,
+                "model_in_settings": (doc.get("model") or {}).get("name") if isinstance(doc.get("model"), dict)
+                else doc.get("model"),
+                "version": tool_version("gemini"), "effective": effective}
+
+
+__all__ = ["Gemini", "GeminiOptions", "env_file_used", "gemini_dir"]

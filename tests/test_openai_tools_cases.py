@@ -1,0 +1,297 @@
+"""Field cases (shared/cases/README.md) for every OpenAI-protocol adapter, through the shared code.
+
+One table of tools; each case runs for each of them: base URLs (C02-C05, C13, /v4), keys (C06, C07, C08, C14),
+file modes (new key files 0600, C17-style tightening), symlinks, the lifecycle (second sync writes nothing),
+and the real-client test: the ``openai`` SDK, configured only from what the adapter wrote, reaches a loopback
+gateway under ``/api`` at the path the tool would request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import openai
+import pytest
+import tomlkit
+import toolsamples
+from ruamel.yaml import YAML
+from toolfiles import cline_gen_c, lifecycle, run_sync, write_profile
+
+from conduit.adapters.textformats import parse_jsonc, read_dotenv
+
+
+@dataclass(frozen=True)
+class Wrote:
+    """What a tool will use, read back from the files its adapter wrote."""
+
+    base_url: str
+    key: str
+    model: str
+    endpoint: str = "chat/completions"  # what the tool appends to base_url
+
+
+def _yaml(path: Path) -> dict:
+    return YAML(typ="safe").load(path.read_text())
+
+
+def read_cline(home: Path) -> Wrote:
+    s = json.loads((home / ".cline/data/settings/providers.json").read_text())["providers"]["openai-compatible"]
+    return Wrote(s["settings"]["baseUrl"], s["settings"]["apiKey"], s["settings"]["model"])
+
+
+def read_codex(home: Path) -> Wrote:
+    doc = tomlkit.parse((home / ".codex/config.toml").read_text()).unwrap()
+    prov = doc["model_providers"][doc["model_provider"]]
+    key = read_dotenv((home / ".codex/.env").read_text())[prov["env_key"]]
+    endpoint = "responses" if prov["wire_api"] == "responses" else "chat/completions"
+    return Wrote(prov["base_url"], key, doc["model"], endpoint)
+
+
+def read_opencode(home: Path) -> Wrote:
+    doc = parse_jsonc((home / ".config/opencode/opencode.jsonc").read_text(), path=Path("x"))
+    provider_id, model = doc["model"].split("/", 1)
+    opts = doc["provider"][provider_id]["options"]
+    ref = opts["apiKey"]
+    assert ref.startswith("{file:") and ref.endswith("}"), ref  # the literal key is not in the config
+    key = Path(ref[6:-1]).expanduser().read_text().strip()  # OpenCode trims the file's text
+    assert model in doc["provider"][provider_id]["models"]
+    return Wrote(opts["baseURL"], key, model)
+
+
+def read_continue(home: Path) -> Wrote:
+    entry = next(m for m in _yaml(home / ".continue/config.yaml")["models"] if m["name"] == "conduit")
+    assert entry["provider"] == "openai"
+    base = entry["apiBase"] if entry["apiBase"].endswith("/") else entry["apiBase"] + "/"  # as Continue does
+    return Wrote(base, entry["apiKey"], entry["model"])
+
+
+def read_aider(home: Path) -> Wrote:
+    doc = _yaml(home / ".aider.conf.yml")
+    assert doc["model"].startswith("openai/")
+    return Wrote(doc["openai-api-base"], doc["openai-api-key"], doc["model"].removeprefix("openai/"))
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    setup: Callable[[Path], object]
+    read: Callable[[Path], Wrote]
+    key_files: Callable[[Path], list[Path]]  # files that hold the key after a sync
+
+
+TOOLS = [
+    Tool("cline", cline_gen_c, read_cline, lambda h: [h / ".cline/data/settings/providers.json"]),
+    Tool("codex", toolsamples.codex, read_codex, lambda h: [h / ".codex/.env"]),
+    Tool("opencode", toolsamples.opencode, read_opencode,
+         lambda h: [h / ".config/conduit/tool-keys/gw.key"]),
+    Tool("continue", toolsamples.continue_dev, read_continue, lambda h: [h / ".continue/config.yaml"]),
+    Tool("aider", toolsamples.aider, read_aider, lambda h: [h / ".aider.conf.yml"]),
+]
+NEW_TOOLS = [t for t in TOOLS if t.name != "cline"]
+ids = [t.name for t in TOOLS]
+
+
+def setup_sync(home: Path, tool: Tool, base_url: str = "https://gw.example.com/api", **kw) -> Wrote:
+    tool.setup(home)
+    write_profile(home, base_url, tools=(tool.name,), **kw)
+    lifecycle(home)
+    return tool.read(home)
+
+
+# ---------------------------------------------------------------------------------------------- base URLs
+
+URL_CASES = [
+    ("C02 root gets /v1", "https://GW.example.com/api", "https://gw.example.com/api/v1"),
+    ("already /v1", "https://gw.example.com/api/v1", "https://gw.example.com/api/v1"),
+    ("C03 pasted endpoint", "https://gw.example.com/v1/chat/completions", "https://gw.example.com/v1"),
+    ("C04 trailing slash", "https://gw.example.com/api/v1/", "https://gw.example.com/api/v1"),
+    ("C04 double slash", "https://gw.example.com/api//", "https://gw.example.com/api/v1"),
+    ("C05 trailing space", "https://gw.example.com/api ", "https://gw.example.com/api/v1"),
+    ("C13 query dropped", "https://gw.example.com/api?utm_source=blog&utm_medium=x", "https://gw.example.com/api/v1"),
+    ("v4 kept", "https://gw.example.com/api/v4", "https://gw.example.com/api/v4"),
+]
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
+@pytest.mark.parametrize(("case", "raw", "expected"), URL_CASES, ids=[c[0] for c in URL_CASES])
+def test_base_url_cases(temp_home: Path, tool: Tool, case: str, raw: str, expected: str) -> None:
+    wrote = setup_sync(temp_home, tool, raw)
+    assert wrote.base_url.rstrip("/") == expected
+    assert "//" not in wrote.base_url.split("://", 1)[1]
+    assert "?" not in wrote.base_url and " " not in wrote.base_url
+
+
+# --------------------------------------------------------------------------------------------------- keys
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
+@pytest.mark.parametrize(("case", "key_text"), [("C06 newline", "sk-test-abc\n"), ("C14 bearer", "Bearer sk-test-abc")])
+def test_key_cleaned(temp_home: Path, tool: Tool, case: str, key_text: str) -> None:
+    wrote = setup_sync(temp_home, tool, key_text=key_text)
+    assert wrote.key == "sk-test-abc"
+
+
+@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("key_text", ["sk-test-ab\ncd", "sk-test-abc\u2211def"], ids=["C07", "C08"])
+def test_bad_key_writes_nothing(temp_home: Path, tool: Tool, key_text: str) -> None:
+    tool.setup(temp_home)
+    write_profile(temp_home, tools=(tool.name,), key_text=key_text)
+    before = {p: p.read_bytes() for p in temp_home.rglob("*") if p.is_file()}
+    (report,) = run_sync(temp_home).tools
+    assert report.status == "error"
+    assert "sk-test-ab" not in (report.message or "")
+    after = {p: p.read_bytes() for p in temp_home.rglob("*") if p.is_file()}
+    assert before == after
+
+
+# ------------------------------------------------------------------------------------ file modes, symlinks
+
+
+@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+def test_key_files_are_0600(temp_home: Path, tool: Tool) -> None:
+    setup_sync(temp_home, tool)
+    for path in tool.key_files(temp_home):
+        assert "sk-test-abc" in path.read_text()
+        assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+def test_loose_key_file_tightened(temp_home: Path, tool: Tool) -> None:
+    tool.setup(temp_home)
+    write_profile(temp_home, tools=(tool.name,))
+    run_sync(temp_home)
+    for path in tool.key_files(temp_home):
+        path.chmod(0o644)
+    write_profile(temp_home, tools=(tool.name,), key_text="sk-test-rotated")  # rotation rewrites key files
+    run_sync(temp_home)
+    for path in tool.key_files(temp_home):
+        assert "sk-test-rotated" in path.read_text()
+        assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+def test_symlinked_file_written_through(temp_home: Path, tool: Tool) -> None:
+    main = tool.setup(temp_home)
+    assert isinstance(main, Path)
+    dotfiles = temp_home / "dotfiles" / main.name
+    dotfiles.parent.mkdir()
+    os.replace(main, dotfiles)
+    main.symlink_to(dotfiles)
+    write_profile(temp_home, tools=(tool.name,))
+    lifecycle(temp_home)
+    assert main.is_symlink() and main.resolve() == dotfiles.resolve()
+    assert "gw.example.com" in dotfiles.read_text()
+    assert tool.read(temp_home).base_url.rstrip("/") == "https://gw.example.com/api/v1"
+
+
+@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+def test_model_change_moves_only_model(temp_home: Path, tool: Tool) -> None:
+    setup_sync(temp_home, tool)
+    write_profile(temp_home, tools=(tool.name,), model="glm-4.6")
+    lifecycle(temp_home)
+    assert tool.read(temp_home).model == "glm-4.6"
+
+
+@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+def test_dry_run_writes_nothing_and_masks_key(temp_home: Path, tool: Tool) -> None:
+    from conduit.adapters.base import Env
+    from conduit.daemon.profile import load_profile
+    from conduit.daemon.sync import sync
+
+    tool.setup(temp_home)
+    write_profile(temp_home, tools=(tool.name,))
+    before = {p: p.read_bytes() for p in temp_home.rglob("*") if p.is_file()}
+    report = sync(load_profile(temp_home / ".config/conduit/profile.toml"), dry_run=True, env=Env())
+    (tr,) = report.tools
+    assert tr.status == "changed"
+    diff = "".join(r.diff for r in tr.results)
+    assert diff and "sk-test-abc" not in diff
+    assert before == {p: p.read_bytes() for p in temp_home.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+def test_not_installed_is_reported_not_created(temp_home: Path, tool: Tool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(temp_home / "empty-bin"))  # no `aider` on PATH
+    write_profile(temp_home, tools=(tool.name,))
+    (report,) = run_sync(temp_home).tools
+    assert report.status == "not_found" and "create = true" in (report.message or "")
+
+
+# ------------------------------------------------------------------------------------------ real clients
+
+RESPONSE = {"id": "resp_1", "object": "response", "created_at": 0, "status": "completed", "model": "m",
+            "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "hi", "annotations": []}]}],
+            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+COMPLETION = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+class Gateway:
+    """Loopback gateway serving ``/api/<version>/chat/completions`` and ``/api/<version>/responses`` only."""
+
+    def __init__(self, version: str) -> None:
+        self.requests: list[tuple[str, str | None]] = []
+        routes = {f"/api/{version}/chat/completions": COMPLETION, f"/api/{version}/responses": RESPONSE}
+        gw = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                gw.requests.append((self.path, self.headers.get("authorization")))
+                body = routes.get(self.path)
+                data = json.dumps(body or {"error": {"message": f"no route {self.path}"}}).encode()
+                self.send_response(200 if body else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def gateway_factory() -> Iterator[Callable[[str], Gateway]]:
+    made: list[Gateway] = []
+
+    def make(version: str) -> Gateway:
+        made.append(Gateway(version))
+        return made[-1]
+
+    yield make
+    for gw in made:
+        gw.close()
+
+
+REAL_INPUTS = [("{}/api", "v1"), ("{}/api/v1", "v1"), ("{}/api/", "v1"), ("{}/api/v1/", "v1"),
+               ("{}/api/v4", "v4"), ("{}/api/v4/", "v4")]
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
+@pytest.mark.parametrize(("raw", "version"), REAL_INPUTS, ids=[r[0][2:] + "-" + r[1] for r in REAL_INPUTS])
+def test_real_openai_client_reaches_gateway(temp_home: Path, gateway_factory, tool: Tool, raw: str,
+                                            version: str) -> None:
+    gw = gateway_factory(version)
+    wrote = setup_sync(temp_home, tool, raw.format(gw.url))
+    client = openai.OpenAI(base_url=wrote.base_url, api_key=wrote.key, max_retries=0)
+    if wrote.endpoint == "responses":
+        client.responses.create(model=wrote.model, input="x")
+    else:
+        client.chat.completions.create(model=wrote.model, messages=[{"role": "user", "content": "x"}])
+    assert gw.requests == [(f"/api/{version}/{wrote.endpoint}", "Bearer sk-test-abc")]
