@@ -8,3 +8,4 @@ import conduit.daemon.cmd_bench  # noqa: F401  bench (streaming load generator, 
 import conduit.daemon.cmd_key  # noqa: F401  key set/list/rm
 import conduit.daemon.cmd_plan  # noqa: F401  plan (vLLM memory ledger)
 import conduit.daemon.cmd_sync  # noqa: F401  init, sync, doctor, use, restore, demo
+import conduit.daemon.cmd_daemon  # noqa: F401  daemon, key rotate, service install

@@ -99,9 +99,9 @@ class RedactingBackupStore(BackupStore):
         return super().save_bytes(tool, original, _redact_text(data, [s.encode() for s in self.secrets]),
                                   mode=mode, batch=batch)
 
-    def snapshot_sqlite(self, tool: str, conn: sqlite3.Connection) -> Path:
+    def snapshot_sqlite(self, tool: str, db: Path, *, timeout_s: float = 5.0) -> Path:
         """As ``BackupStore.snapshot_sqlite``, with the old keys removed from the snapshot."""
-        pending = super().snapshot_sqlite(tool, conn)
+        pending = super().snapshot_sqlite(tool, db, timeout_s=timeout_s)
         try:
             redact_sqlite_file(pending, self.secrets)
         except BaseException:

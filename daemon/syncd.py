@@ -576,11 +576,12 @@ class SyncDaemon:
             changed = [r for r in tr.results if r.changed]
             diff = "\n".join(r.diff for r in changed if r.diff)
             previous = entry.get("drift") or {}
-            if previous.get("diff") != diff:
+            same = _diff_core(previous.get("diff") or "") == _diff_core(diff)
+            if not same:
                 log.warning("drift %s: %s changed behind conduit's back (on_drift = %s)", tr.tool,
                             ", ".join(str(r.path) for r in changed), policy)
                 log.debug("drift %s diff (profile would write):\n%s", tr.tool, diff)
-            record = {"detected_at": previous.get("detected_at") if previous.get("diff") == diff else utc_now(),
+            record = {"detected_at": previous.get("detected_at") if same else utc_now(),
                       "files": [str(r.path) for r in changed], "diff": diff, "policy": policy, "reapplied": False}
             entry["drift"] = record
             if policy == "reapply" and self._may_reapply(tr.tool):
@@ -625,6 +626,12 @@ class SyncDaemon:
             log.error("cannot write the state file: %s", exc)
         if self.ready.is_set():
             sd_notify(f"STATUS={self._status_line()}")
+
+
+def _diff_core(diff: str) -> list[str]:
+    """The changed lines of a diff (no headers, no context, no hunk positions): what identifies one drift."""
+    return [ln for ln in diff.splitlines()
+            if ln[:1] in "+-" and not ln.startswith(("+++", "---")) and ln.strip()]
 
 
 def run_daemon(profile: str | None = None, *, verbose: bool = False, debounce_s: float = DEBOUNCE_S) -> int:
