@@ -78,8 +78,9 @@ def sd_notify(message: str, environ: Mapping[str, str] | None = None) -> bool:
     """Send ``message`` (``READY=1``, ``STATUS=...``, ``STOPPING=1``) to systemd's notification socket.
 
     Protocol (sd_notify(3)): one datagram to the ``AF_UNIX`` ``SOCK_DGRAM`` socket named by ``$NOTIFY_SOCKET``;
-    a name starting with ``@`` is in the abstract namespace. Returns False when the variable is unset (not
-    run by systemd) or the send fails; never raises.
+    a name starting with ``@`` is in the abstract namespace. The send never blocks (``MSG_DONTWAIT``): a
+    receiver whose queue is full loses the message instead of stalling the daemon. Returns False when the
+    variable is unset (not run by systemd) or the send fails; never raises.
     """
     addr = (environ if environ is not None else os.environ).get("NOTIFY_SOCKET", "")
     if not addr:
@@ -88,7 +89,8 @@ def sd_notify(message: str, environ: Mapping[str, str] | None = None) -> bool:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
             s.connect(target)
-            s.sendall(message.encode("utf-8"))
+            # never block the loop on a receiver that does not read (a full queue drops the status line)
+            s.send(message.encode("utf-8"), socket.MSG_DONTWAIT)
         return True
     except OSError as exc:
         log.debug("sd_notify to %s failed: %s", addr, exc)
@@ -233,7 +235,7 @@ def file_digest(path: Path) -> str | None:
     for p in (path, path.with_name(path.name + "-wal")):
         try:
             with open(p, "rb") as fh:
-                for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                while chunk := fh.read(1 << 20):
                     h.update(chunk)
             found = True
         except OSError:
@@ -341,6 +343,8 @@ class SyncDaemon:
                     self.request_resync()
                     continue
                 log.info("%s: stopping", signal.Signals(sig).name)
+                for s in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut the shutdown short
+                    signal.signal(s, signal.SIG_IGN)
                 sd_notify("STOPPING=1")
                 self.stop()
                 return 0

@@ -211,6 +211,13 @@ def test_drift_is_reported_not_reapplied_and_causes_no_write_loop(
     assert (after.st_ino, after.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # conduit wrote nothing
     assert claude_env(temp_home)["ANTHROPIC_MODEL"] == "someone-else"
     assert daemon.log().count("drift claude_code: ") == 1
+    from conduit.daemon.doctor import doctor
+
+    rep = doctor()
+    assert rep["daemon"]["running"] and rep["daemon"]["pid"] == daemon.proc.pid  # type: ignore[union-attr]
+    assert rep["tools"]["claude_code"]["drift"]["policy"] == "report"
+    assert rep["tools"]["claude_code"]["restart_needed"] is True
+    assert any("behind conduit's back" in w for w in rep["warnings"])
     # an unrelated change by the tool is not drift
     doc["permissions"]["allow"].append("Bash(ls)")
     settings.write_text(json.dumps(doc, indent=2) + "\n")

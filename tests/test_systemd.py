@@ -109,3 +109,27 @@ def test_service_install_cli_warns_about_env_keys(temp_home: Path) -> None:
     assert "wrote" in r.stdout and "systemctl --user enable --now conduit-sync.service" in r.stdout
     assert "GW_KEY" in r.stderr and "does not see" in r.stderr
     assert (temp_home / ".config" / "systemd" / "user" / "conduit-sync.service").exists()
+
+
+def test_a_notify_socket_nobody_reads_never_stalls_the_daemon(temp_home: Path, tmp_path: Path) -> None:
+    """A datagram queue holds ~10 messages; the daemon sends STATUS= after every batch and must not block."""
+    import re
+
+    from daemonproc import all_at, set_model
+    from toolfiles import cc_switch_db, cline_gen_c
+
+    cline_gen_c(temp_home)
+    cc_switch_db(temp_home)
+    claude_settings(temp_home)
+    profile = write_profile(temp_home)
+    d = Daemon(temp_home, tmp_path)
+    try:
+        d.start()  # reads up to READY=1, then never again
+        for i in range(25):
+            set_model(profile, f"undrained-{i}", "atomic")
+            from daemonproc import wait_for
+
+            wait_for(all_at(temp_home, f"undrained-{i}"), what=f"save {i} with an undrained notify socket")
+        assert len(re.findall("sync claude_code: changed", d.log())) >= 26
+    finally:
+        assert d.stop() == 0
