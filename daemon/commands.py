@@ -6,6 +6,7 @@ decorates its functions. Keeping this list here means cli.py never grows.
 
 import conduit.daemon.cmd_agent  # noqa: F401  agent, status, wait
 import conduit.daemon.cmd_bench  # noqa: F401  bench (streaming load generator, concurrency sweep)
+import conduit.daemon.cmd_daemon  # noqa: F401  daemon, key rotate, service install
 import conduit.daemon.cmd_key  # noqa: F401  key set/list/rm
 import conduit.daemon.cmd_plan  # noqa: F401  plan (vLLM memory ledger)
 import conduit.daemon.cmd_sync  # noqa: F401  init, sync, doctor, use, restore, demo

@@ -61,7 +61,34 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> di
             entry["facts"] = {"error": f"{type(exc).__name__}: {exc}"}
         report["tools"][name] = entry
         report["warnings"] += _override_warnings(name, entry["facts"])
+    _daemon_facts(report)
     return report
+
+
+def _daemon_facts(report: dict[str, Any]) -> None:
+    """Add what the sync daemon's state file says (``report["daemon"]``, per tool ``restart_needed`` and
+    ``drift``) and warnings for a profile error the daemon holds, drift, and tools to restart."""
+    from conduit.daemon.state import profile_error, read_state, tool_facts
+    from conduit.daemon.syncd import running_daemon_pid
+
+    doc = read_state()
+    pid = running_daemon_pid()
+    report["daemon"] = {"running": pid is not None, "pid": pid,
+                        "last_sync": (doc or {}).get("last_sync"), "profile_error": profile_error(doc)}
+    if pid is not None and profile_error(doc):
+        report["warnings"].append(f"the daemon (pid {pid}) keeps the last good profile in force: "
+                                  f"{profile_error(doc)}")
+    for name, facts in tool_facts(doc).items():
+        entry = report["tools"].get(name)
+        if entry is None:
+            continue
+        entry["restart_needed"] = facts.restart_needed
+        entry["drift"] = facts.drift
+        if facts.drift:
+            report["warnings"].append(f"{name}: an owned key was changed behind conduit's back at "
+                                      f"{facts.drift.get('detected_at')} (on_drift = {facts.drift.get('policy')})")
+        if facts.restart_needed and facts.last_change_at:
+            report["warnings"].append(f"{name}: changed at {facts.last_change_at}; {facts.restart_hint}")
 
 
 def _override_warnings(tool: str, facts: dict[str, Any]) -> list[str]:

@@ -1,0 +1,259 @@
+"""Profile save -> all three tools written: latency of a real ``conduit daemon``, against a floor from the same run.
+
+What it measures, all under a throwaway HOME with real-format files of Claude Code, Cline (gen C) and CC Switch:
+
+1. **floor**: the same change applied with no watcher, in this process: ``sync(profile)`` after an atomic
+   profile save (it renders and atomically writes the same files: settings.json, providers.json, the CC Switch
+   row). Also, for context, ``raw``: only the atomic replaces (temp, fsync, rename) of the same final bytes.
+2. **daemon**: ``conduit daemon`` as a subprocess; for each of ``--saves`` saves (atomic rename of the profile
+   with a new model), the time until all three tools hold the new model (polled every 0.5 ms).
+3. **idle**: the daemon's RSS and CPU time over ``--idle`` seconds with nothing happening, and its context
+   switches (each one is a wake-up of some thread; a daemon that polls shows a steady count).
+
+Prints p50/p99 of each, the ratio daemon/floor, and the goal from issue 3: p50 within 3x floor + debounce;
+idle RSS under 60 MB and no periodic wake-ups.
+
+Run: ``.venv/bin/python bench/propagation.py [--saves 200] [--idle 30] [--debounce-ms 50] [--json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
+
+
+def _setup(home: Path) -> Path:
+    from conduit.daemon.samples import cc_switch_db, claude_settings, cline_gen_c
+
+    claude_settings(home)
+    cline_gen_c(home)
+    cc_switch_db(home)
+    cfg = home / ".config" / "conduit"
+    (cfg / "keys").mkdir(parents=True)
+    key = cfg / "keys" / "gw"
+    key.write_text("sk-bench-0123456789abcdef\n")
+    key.chmod(0o600)
+    profile = cfg / "profile.toml"
+    profile.write_text('version = 1\nchannel = "gw"\nmodel = "m-start"\n\n[channels.gw]\n'
+                       'base_url = "https://gw.example.com/api"\nprotocols = ["openai", "anthropic"]\n'
+                       'key = { file = "~/.config/conduit/keys/gw" }\n\n'
+                       '[tools.claude_code]\n[tools.cline]\n[tools.cc_switch]\n')
+    return profile
+
+
+def _save(profile: Path, model: str) -> None:
+    text = re.sub(r'(?m)^model = ".*"$', f'model = "{model}"', profile.read_text())
+    tmp = profile.with_name(".profile.toml.bench")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, profile)
+
+
+def _files(home: Path) -> tuple[Path, Path, Path]:
+    return (home / ".claude" / "settings.json", home / ".cline" / "data" / "settings" / "providers.json",
+            home / ".cc-switch" / "cc-switch.db")
+
+
+def _all_at(home: Path, model: str) -> bool:
+    claude, cline, db = _files(home)
+    try:
+        if json.loads(claude.read_bytes())["env"].get("ANTHROPIC_MODEL") != model:
+            return False
+        doc = json.loads(cline.read_bytes())
+        if doc["providers"]["openai-compatible"]["settings"].get("model") != model:
+            return False
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            row = conn.execute("SELECT settings_config FROM providers WHERE id = 'conduit-gw'").fetchone()
+        conn.close()
+        return bool(row) and json.loads(row[0])["env"].get("ANTHROPIC_MODEL") == model
+    except (OSError, ValueError, KeyError, sqlite3.Error):
+        return False
+
+
+def _wait_changed(home: Path, model: str, before: list[int], timeout: float = 30.0) -> None:
+    deadline = time.perf_counter() + timeout
+    files = _files(home)
+    while time.perf_counter() < deadline:
+        try:
+            now = [p.stat().st_mtime_ns for p in files]
+        except OSError:
+            now = before
+        if all(a != b for a, b in zip(now, before, strict=True)) and _all_at(home, model):
+            return
+        time.sleep(0.0005)
+    raise TimeoutError(f"the tools did not reach {model} within {timeout} s")
+
+
+def floor(home: Path, profile: Path, n: int) -> tuple[list[float], list[float]]:
+    """(sync() times, raw atomic-write times) in ms, for ``n`` model changes, no watcher."""
+    from conduit.adapters.base import Env
+    from conduit.daemon.profile import load_profile
+    from conduit.daemon.sync import sync
+
+    sync_ms, raw_ms = [], []
+    for i in range(n):
+        model = f"floor-{i}"
+        t0 = time.perf_counter()
+        _save(profile, model)
+        report = sync(load_profile(profile), env=Env())
+        sync_ms.append((time.perf_counter() - t0) * 1000)
+        assert report.ok and _all_at(home, model), report
+        # raw: write the same final bytes of the two JSON files again atomically, and the row, nothing else
+        claude, cline, db = _files(home)
+        blobs = [(p, p.read_bytes()) for p in (claude, cline)]
+        t0 = time.perf_counter()
+        for p, data in blobs:
+            tmp = p.with_name(f".{p.name}.raw")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, p)
+            dfd = os.open(p.parent, os.O_RDONLY)
+            os.fsync(dfd)
+            os.close(dfd)
+        conn = sqlite3.connect(db, isolation_level=None, timeout=5)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE providers SET settings_config = settings_config WHERE id = 'conduit-gw'")
+        conn.execute("COMMIT")
+        conn.close()
+        raw_ms.append((time.perf_counter() - t0) * 1000)
+    return sync_ms, raw_ms
+
+
+def daemon_run(home: Path, profile: Path, n: int, debounce_ms: int, idle_s: float) -> dict[str, Any]:
+    sock_path = home.parent / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(60)
+    env = dict(os.environ, HOME=str(home), NOTIFY_SOCKET=str(sock_path))
+    for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CONDUIT_PROFILE", "CLAUDE_CONFIG_DIR", "CLINE_DATA_DIR"):
+        env.pop(var, None)
+    log = open(home.parent / "daemon.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli", "daemon", "--debounce-ms", str(debounce_ms)],
+                            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        while b"READY=1" not in sock.recv(4096):
+            pass
+        lat = []
+        for i in range(n):
+            model = f"daemon-{i}"
+            before = [p.stat().st_mtime_ns for p in _files(home)]
+            t0 = time.perf_counter()
+            _save(profile, model)
+            try:
+                _wait_changed(home, model, before)
+            except TimeoutError:
+                log.flush()
+                sys.stderr.write((home.parent / "daemon.log").read_text()[-1500:])
+                sys.stderr.write(f"\nbefore={before} now={[p.stat().st_mtime_ns for p in _files(home)]} "
+                                 f"all_at={_all_at(home, model)} profile={profile.read_text()[:60]!r}\n")
+                raise
+            lat.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.01)
+        time.sleep(1.0)  # let the daemon settle (its own write events)
+        p = psutil.Process(proc.pid)
+        cpu0, ctx0 = p.cpu_times(), _ctx(p)
+        time.sleep(idle_s)
+        cpu1, ctx1 = p.cpu_times(), _ctx(p)
+        rss = p.memory_info().rss
+        return {"latency_ms": lat, "idle_rss_bytes": rss,
+                "idle_cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
+                "idle_wakeups": ctx1 - ctx0, "threads": p.num_threads()}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        sock.close()
+
+
+def _ctx(p: psutil.Process) -> int:
+    """Context switches of every thread of ``p`` (voluntary + involuntary), from /proc/<pid>/task/*/status."""
+    total = 0
+    for t in Path(f"/proc/{p.pid}/task").iterdir():
+        try:
+            for line in (t / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--saves", type=int, default=200)
+    ap.add_argument("--idle", type=float, default=30.0, help="idle window, seconds")
+    ap.add_argument("--debounce-ms", type=int, default=50)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    base = Path(tempfile.mkdtemp(prefix="conduit-bench-"))
+    try:
+        home = base / "home"
+        home.mkdir()
+        os.environ["HOME"] = str(home)
+        for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CONDUIT_PROFILE"):
+            os.environ.pop(var, None)
+        profile = _setup(home)
+        sync_ms, raw_ms = floor(home, profile, args.saves)
+        d = daemon_run(home, profile, args.saves, args.debounce_ms, args.idle)
+    finally:
+        (shutil.rmtree(base, ignore_errors=True) if not os.environ.get("KEEP") else print(base))
+    lat = d["latency_ms"]
+    p50, p99 = statistics.median(lat), _pct(lat, 99)
+    f50, f99 = statistics.median(sync_ms), _pct(sync_ms, 99)
+    r50 = statistics.median(raw_ms)
+    goal = 3 * f50 + args.debounce_ms
+    out = {
+        "saves": args.saves, "debounce_ms": args.debounce_ms,
+        "daemon_ms": {"p50": round(p50, 2), "p99": round(p99, 2)},
+        "floor_sync_ms": {"p50": round(f50, 2), "p99": round(f99, 2)},
+        "floor_raw_write_ms": {"p50": round(r50, 2)},
+        "ratio_p50_daemon_over_floor": round(p50 / f50, 2),
+        "ratio_p50_daemon_minus_debounce_over_floor": round((p50 - args.debounce_ms) / f50, 2),
+        "goal_p50_ms": round(goal, 2), "goal_met": p50 <= goal,
+        "idle_s": args.idle, "idle_rss_mb": round(d["idle_rss_bytes"] / 2**20, 1),
+        "idle_cpu_s": round(d["idle_cpu_s"], 3), "idle_wakeups": d["idle_wakeups"], "threads": d["threads"],
+        "idle_goal_met": d["idle_rss_bytes"] < 60 * 2**20 and d["idle_wakeups"] <= 2,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"profile save -> all three tools written ({args.saves} saves, debounce {args.debounce_ms} ms)")
+    print(f"  daemon          p50 {p50:8.2f} ms   p99 {p99:8.2f} ms")
+    print(f"  floor: sync()   p50 {f50:8.2f} ms   p99 {f99:8.2f} ms   (same files, same run, no watcher)")
+    print(f"  floor: raw      p50 {r50:8.2f} ms   (only the atomic replaces of the same bytes)")
+    print(f"  ratio daemon/floor p50 {p50 / f50:.2f}x; (daemon - debounce)/floor {(p50 - args.debounce_ms) / f50:.2f}x")
+    print(f"  goal p50 <= 3 x floor + debounce = {goal:.2f} ms: {'met' if out['goal_met'] else 'NOT met'}")
+    print(f"idle {args.idle:g} s: RSS {out['idle_rss_mb']} MB, CPU {out['idle_cpu_s']} s, "
+          f"context switches {d['idle_wakeups']} ({d['threads']} threads); goal < 60 MB and no periodic "
+          f"wake-ups: {'met' if out['idle_goal_met'] else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
