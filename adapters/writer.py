@@ -835,6 +835,9 @@ class Writer:
 
     def _sqlite_once(self, tool: str, target: SqliteTarget, uri: str, result: WriteResult) -> None:
         conn = sqlite3.connect(uri, uri=True, timeout=self.sqlite_timeout_s, isolation_level=None)
+        # Overwritten rows may hold a key: zero freed pages so an old key does not linger in free space
+        # (some SQLite builds default to this, not all).
+        conn.execute("PRAGMA secure_delete = ON")
         pending: Path | None = None
         try:
             conn.execute("BEGIN IMMEDIATE")
