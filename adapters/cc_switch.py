@@ -104,7 +104,7 @@ class CCSwitch:
                     doc["currentProviderClaude"] = pid
                     return doc
 
-                targets.append(json_target(d / "settings.json", current, secret_keys=(), mode=0o600,
+                targets.append(json_target(d / "settings.json", current, secret_keys=(), mode=0o644,
                                            label="settings.json"))
             return targets
         legacy = d / "config.json"

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from conduit.adapters.base import Env, NoOptions, Target, ToolSettings
-from conduit.adapters.errors import fingerprint
+from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import json_target, read_json_quietly
 
 AUTH_VARS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
@@ -98,11 +98,16 @@ class ClaudeCode:
         """One JSON target: merge the owned ``env`` entries into settings.json, keep everything else."""
         wanted = anthropic_env(settings)
 
+        path = self.settings_path(env)
+
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
+            if "env" in doc and not isinstance(doc["env"], dict):
+                raise ToolFileError(f"{path}: `env` is a {type(doc['env']).__name__}, not an object",
+                                    "Claude Code expects \"env\": {...}; fix it by hand, conduit left the file alone")
             doc["env"] = merge_env(doc.get("env"), wanted)
             return doc
 
-        return [json_target(self.settings_path(env), transform, secret_keys=SECRET_VARS, label="settings.json")]
+        return [json_target(path, transform, secret_keys=SECRET_VARS, label="settings.json")]
 
     def inspect(self, env: Env) -> dict[str, Any]:
         """Facts for doctor: the file, the owned values (keys masked), the version, and who overrides whom."""

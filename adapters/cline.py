@@ -150,7 +150,8 @@ class Cline:
             return doc
 
         return [
-            json_target(data / "globalState.json", state, secret_keys=SECRET_KEYS, label="globalState.json"),
+            json_target(data / "globalState.json", state, secret_keys=SECRET_KEYS, mode=0o644,  # holds no key
+                        label="globalState.json"),
             json_target(data / "secrets.json", secrets, secret_keys=SECRET_KEYS, label="secrets.json"),
         ]
 

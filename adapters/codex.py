@@ -130,8 +130,9 @@ class Codex:
                 if table.get("env_key") != KEY_VAR:
                     table["env_key"] = KEY_VAR
 
+        # config.toml holds the key only with key_method = "inline"; otherwise it keeps a world-readable mode.
         targets: list[Target] = [toml_target(home / "config.toml", transform, secret_keys=SECRETS,
-                                             label="config.toml")]
+                                             mode=0o600 if inline else 0o644, label="config.toml")]
         if not inline:
             targets.append(dotenv_target(home / ".env", {KEY_VAR: key}, secret_keys=SECRETS, label=".env"))
         return targets

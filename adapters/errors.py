@@ -7,7 +7,8 @@ with a message a person can act on)::
     ├── ProfileError             the profile is unreadable or invalid (file, line, key path, fix)
     ├── KeyError_                a key source failed or the key holds a forbidden character
     ├── ToolFileError            a tool's file cannot be parsed or written; that tool is skipped
-    └── AgentUnreachable         the agent socket does not answer (exit code 2 for scripts)
+    ├── AgentUnreachable         the agent socket does not answer (exit code 2 for scripts)
+    └── BadArguments             a command-line value conduit cannot use (exit code 3, like a usage error)
 
 Messages never contain a key: code that builds them uses fingerprints (see ``fingerprint``).
 """
@@ -50,6 +51,12 @@ class AgentUnreachable(ConduitError):
     """The agent's Unix socket does not answer."""
 
     exit_code = 2
+
+
+class BadArguments(ConduitError):
+    """A command-line value conduit cannot use: unknown tool, template, channel (exit code 3)."""
+
+    exit_code = 3
 
 
 def fingerprint(key: str | None) -> str:

@@ -97,7 +97,8 @@ class Gemini:
 
         return [
             dotenv_target(d / ".env", wanted, secret_keys=SECRETS, label=".env"),
-            jsonc_target(d / "settings.json", auth_edits, secret_keys=SECRETS, label="settings.json"),
+            jsonc_target(d / "settings.json", auth_edits, secret_keys=SECRETS, mode=0o644,  # holds no key
+                         label="settings.json"),
         ]
 
     def inspect(self, env: Env) -> dict[str, Any]:

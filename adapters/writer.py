@@ -730,6 +730,13 @@ class Writer:
 
     def _apply_text(self, tool: str, target: TextTarget, result: WriteResult) -> None:
         real = Path(os.path.realpath(target.path))
+        if os.path.islink(target.path) and not real.parent.is_dir():
+            # A link into a folder that is gone (an unmounted or moved dotfiles repo): writing would create
+            # folders wherever it points. A link whose folder exists is written through, as a dotfiles repo expects.
+            raise ToolFileError(
+                f"{target.path} is a symlink to {real}, whose folder does not exist",
+                hint="restore the link's target (or remove the link) and sync again; conduit left it alone",
+            )
         data, st = _read(real)
         if data is None and not target.create:
             result.notices.append(f"{target.path} does not exist; conduit does not create it")

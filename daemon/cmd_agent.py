@@ -20,16 +20,11 @@ from typing import Any
 
 import typer
 
-from conduit.adapters.errors import AgentUnreachable, ConduitError
+from conduit.adapters.errors import AgentUnreachable, BadArguments
 from conduit.daemon.cli import app
 
 EXIT_READY, EXIT_NOT_READY, EXIT_UNREACHABLE, EXIT_BAD_ARGS = 0, 1, 2, 3
 
-
-class BadArguments(ConduitError):
-    """A command-line value conduit cannot use (exit code 3, like a usage error)."""
-
-    exit_code = EXIT_BAD_ARGS
 
 _UNITS = {"": 1, "b": 1,
           "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,

@@ -12,14 +12,14 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from conduit.adapters.base import Env
-from conduit.adapters.errors import ConduitError
+from conduit.adapters.errors import BadArguments
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import BackupStore
 from conduit.daemon import paths
 from conduit.daemon.cli import app, state
 from conduit.daemon.doctor import doctor as build_doctor
 from conduit.daemon.init import TEMPLATES, init_profile, starter_text
-from conduit.daemon.profile import load_profile, use_model
+from conduit.daemon.profile import _did_you_mean, load_profile, use_model
 from conduit.daemon.sync import SyncReport, sync
 
 out = Console(highlight=False)
@@ -87,7 +87,9 @@ def report_json(report: SyncReport, dry_run: bool) -> dict[str, Any]:
 
 
 def _print_sync(report: SyncReport, dry_run: bool) -> None:
-    for notice in report.notices:
+    # What normalization changed in the profile is said when it matters (a dry run, or a sync that wrote),
+    # not on every no-op sync; `conduit doctor` always shows it.
+    for notice in report.notices if dry_run or report.changed else ():
         out.print(f"[yellow]notice[/] {esc(notice)}", soft_wrap=True)
     for t in report.tools:
         verb = {"changed": "would change" if dry_run else "updated"}.get(t.status, t.status.replace("_", " "))
@@ -98,7 +100,7 @@ def _print_sync(report: SyncReport, dry_run: bool) -> None:
             if r.diff:
                 out.print(Syntax(r.diff, "diff", theme="ansi_dark", word_wrap=True))
             for n in r.notices:
-                out.print(f"  {n}", markup=False)
+                out.print(f"  {r.label or r.path.name}: {n}", markup=False)
         if t.restart_hint and not dry_run:
             out.print(f"  [dim]restart may be needed: {esc(t.restart_hint)}[/]")
 
@@ -120,7 +122,12 @@ def doctor_cmd(
         out.print_json(json.dumps(report, default=str))
         return 0 if report["ok"] else 1
     prof = report["profile"]
-    out.print(f"profile: {esc(str(prof.get('path')))} " + ("[green]ok[/]" if prof.get("ok") else f"[red]{esc(str(prof.get('error')))}[/]"))
+    if prof.get("ok"):
+        out.print(f"profile: {esc(str(prof.get('path')))} [green]ok[/]")
+    else:
+        out.print(f"profile: [red]{esc(str(prof.get('error')))}[/]")
+    for notice in prof.get("notices") or ():
+        out.print(f"  [yellow]notice[/] {esc(notice)}", soft_wrap=True)
     table = Table("tool", "state", "details", show_lines=False)
     for name, t in report["tools"].items():
         facts = t.get("facts") or {}
@@ -199,7 +206,8 @@ def use_cmd(
 ) -> int:
     """Switch the model (and optionally the channel) in the profile, keeping its comments, then sync."""
     profile, warnings = use_model(state.profile, model, channel)
-    out.print(f"profile: model = {model}" + (f", channel = {channel}" if channel else "") + f" ({profile.path})")
+    out.print(f"profile: model = {profile.model.model}" + (f", channel = {channel}" if channel else "")
+              + f" ({profile.path})", markup=False)
     for w in warnings:
         out.print(f"[yellow]warning[/] {esc(w)}")
     if no_sync:
@@ -218,7 +226,7 @@ def restore_cmd(
 ) -> int:
     """Restore a tool's files from conduit's backups (the restore itself is backed up, so it can be undone)."""
     if tool not in ADAPTERS:
-        raise ConduitError(f"unknown tool `{tool}`", f"known tools: {', '.join(ADAPTERS)}")
+        raise BadArguments(f"unknown tool `{tool}`", _did_you_mean(tool, ADAPTERS))
     store = BackupStore()
     if list_only:
         backups = store.list(tool)

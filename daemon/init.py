@@ -16,7 +16,7 @@ import tomlkit
 from conduit.adapters.base import Env
 from conduit.adapters.claude_code import ClaudeCode
 from conduit.adapters.cline import PROVIDER_ID, data_dir, detect_generations, providers_path
-from conduit.adapters.errors import ConduitError, KeyError_, ProfileError, fingerprint
+from conduit.adapters.errors import BadArguments, ConduitError, KeyError_, ProfileError, fingerprint
 from conduit.adapters.jsonfile import read_json_quietly
 from conduit.daemon.keys import SecretsStore, clean_key
 from conduit.daemon.normalize import normalize_base_url
@@ -28,7 +28,7 @@ TEMPLATES = ("hosted", "local-vllm", "both")
 def starter_text(template: str = "hosted") -> str:
     """The text of a shipped starter profile. Raises ConduitError for an unknown template name."""
     if template not in TEMPLATES:
-        raise ConduitError(f"no starter profile `{template}`", f"choose one of: {', '.join(TEMPLATES)}")
+        raise BadArguments(f"no starter profile `{template}`", f"choose one of: {', '.join(TEMPLATES)}")
     return resources.files("conduit.profiles").joinpath(f"{template}.toml").read_text(encoding="utf-8")
 
 

@@ -71,7 +71,17 @@ def display_path(path: Path | str, environ: Mapping[str, str] | None = None) -> 
     return text
 
 
+_KEY_LIKE = re.compile(r"^(sk|pk|rk|key)[-_]|[A-Za-z0-9]{32,}", re.IGNORECASE)
+
+
 def _check_name(name: str) -> str:
+    if _KEY_LIKE.search(name):
+        # Never echo it: it is probably a key typed where the name goes (and now in the shell history).
+        raise KeyError_(
+            "that looks like an API key, not a name: the key is read from stdin, never from the command line",
+            hint="run `conduit key set NAME` and paste the key when asked; if that was a real key, it is in "
+            "your shell history now: rotate it",
+        )
     if not NAME_RE.fullmatch(name):
         raise KeyError_(
             "a secret name may hold only letters, digits, `_`, `.` and `-`",

@@ -83,7 +83,7 @@ def describe_chars(chars: Iterable[str]) -> str:
     words = []
     for ch in seen:
         name = _CHAR_WORDS.get(ch) or unicodedata.name(ch, "character").lower()
-        words.append(f"a {name} (U+{ord(ch):04X})")
+        words.append(f"{'an' if name[0] in 'aeiou' else 'a'} {name} (U+{ord(ch):04X})")
     if len(words) <= 1:
         return "".join(words)
     return ", ".join(words[:-1]) + " and " + words[-1]

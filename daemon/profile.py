@@ -29,23 +29,43 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomlkit
 import tomlkit.exceptions
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from conduit.adapters.base import Root
-from conduit.adapters.errors import ProfileError
+from conduit.adapters.errors import BadArguments, ProfileError
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon import paths
 from conduit.daemon.keys import KeySource, key_source_from
-from conduit.daemon.normalize import normalize_base_url
+from conduit.daemon.normalize import describe_chars, normalize_base_url
 
 ProtocolName = Literal["openai", "anthropic", "gemini"]
+
+
+def check_model_id(value: str) -> str:
+    """A model id as gateways name them: surrounding whitespace dropped; empty, inner whitespace, control or
+    invisible characters refused (they would be sent verbatim and answered 404 "model not found").
+
+    Raises:
+        ValueError: with the character named (pydantic turns it into the profile error).
+    """
+    text = value.strip()
+    if not text:
+        raise ValueError("a model id cannot be empty")
+    for pos, ch in enumerate(text):
+        if ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            raise ValueError(f"a model id cannot hold {describe_chars(ch)} (position {pos})")
+    return text
+
+
+ModelId = Annotated[str, AfterValidator(check_model_id)]
 
 
 DEFAULT_PROTOCOLS: tuple[ProtocolName, ...] = ("openai", "anthropic")
@@ -71,7 +91,7 @@ class Channel(BaseModel):
     base_urls: dict[ProtocolName, str] = Field(default_factory=dict)
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(DEFAULT_PROTOCOLS), min_length=1)
     key: KeySource | None = None
-    models: list[str] = Field(default_factory=list)
+    models: list[ModelId] = Field(default_factory=list)
     timeout: float | None = Field(default=None, gt=0)
     auth: Literal["bearer", "x-api-key"] = "bearer"
 
@@ -84,8 +104,8 @@ class ToolConfig(BaseModel):
 
     enabled: bool = True
     channel: str | None = None
-    model: str | None = None
-    small_model: str | None = None
+    model: ModelId | None = None
+    small_model: ModelId | None = None
 
     def options(self) -> dict[str, Any]:
         """The tool-specific options (every key not common to all tools)."""
@@ -99,8 +119,8 @@ class Profile(BaseModel):
 
     version: Literal[1]
     channel: str
-    model: str
-    small_model: str | None = None
+    model: ModelId
+    small_model: ModelId | None = None
     on_drift: Literal["report", "reapply"] = "report"
     channels: dict[str, Channel]
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
@@ -212,7 +232,7 @@ def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, 
             f"{where}: unsupported profile version {data.get('version')!r}",
             "this conduit reads `version = 1`; upgrade conduit for newer profiles",
         )
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     return ProfileError(f"{where}: `{keypath}`: {msg}", _type_hint(loc))
 
 
@@ -234,6 +254,12 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
         return f"did you mean `{close[0]}`?"
     choices = sorted(choices)
     return f"valid keys here: {', '.join(choices)}" if choices else "remove it"
+
+
+def _channel_hint(name: str, channels: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(channels), n=1, cutoff=0.6)
+    defined = ", ".join(channels) or "none"
+    return (f"did you mean `{close[0]}`? " if close else "") + f"channels defined: {defined}"
 
 
 def _missing_hint(loc: Sequence[Any]) -> str:
@@ -258,7 +284,7 @@ def _check_references(loaded: LoadedProfile) -> None:
     if prof.channel not in prof.channels:
         raise ProfileError(
             f"{loaded.where('channel')}: channel `{prof.channel}` is not defined",
-            _did_you_mean(prof.channel, prof.channels) + f" (defined: {', '.join(prof.channels) or 'none'})",
+            _channel_hint(prof.channel, prof.channels),
         )
     for name, tool in prof.tools.items():
         adapter = ADAPTERS.get(name)
@@ -268,7 +294,7 @@ def _check_references(loaded: LoadedProfile) -> None:
         if channel not in prof.channels:
             raise ProfileError(
                 f"{loaded.where('tools', name, 'channel')}: channel `{channel}` is not defined",
-                _did_you_mean(channel, prof.channels),
+                _channel_hint(channel, prof.channels),
             )
         if adapter.protocol not in prof.channels[channel].protocols:
             raise ProfileError(
@@ -349,12 +375,16 @@ def use_model(path: str | Path | None, model: str, channel: str | None = None) -
     Raises:
         ProfileError: unreadable/invalid profile, or a channel that does not exist; nothing is written.
     """
+    try:
+        model = check_model_id(model)
+    except ValueError as exc:
+        raise BadArguments(f"model {model!r}: {exc}", "give the model id exactly as the gateway lists it") from None
     loaded = load_profile(path)
     doc = tomlkit.parse(loaded.text)
     if channel is not None:
         if channel not in loaded.model.channels:
-            raise ProfileError(f"{loaded.path}: channel `{channel}` is not defined",
-                               _did_you_mean(channel, loaded.model.channels))
+            raise BadArguments(f"channel `{channel}` is not defined in {loaded.path}",
+                               _channel_hint(channel, loaded.model.channels))
         doc["channel"] = channel
     doc["model"] = model
     new = save_profile(loaded.path, tomlkit.dumps(doc))

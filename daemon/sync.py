@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from conduit.adapters.base import Env, NotFound, Unsupported
-from conduit.adapters.errors import ConduitError
+from conduit.adapters.errors import BadArguments, ConduitError
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import BackupStore, Writer, WriteResult
 from conduit.daemon.profile import LoadedProfile
@@ -84,7 +84,7 @@ def sync(
     for name in wanted:
         if name not in profile.model.tools:
             known = ", ".join(profile.model.tools) or "none"
-            raise ConduitError(f"tool `{name}` is not in {profile.path}", f"tools in the profile: {known}; "
+            raise BadArguments(f"tool `{name}` is not in {profile.path}", f"tools in the profile: {known}; "
                                f"add a [tools.{name}] table to sync it" if name in ADAPTERS else
                                f"known tools: {', '.join(ADAPTERS)}")
     resolver = Resolver(profile, environ)

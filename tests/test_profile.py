@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from conduit.adapters.errors import ProfileError
+from conduit.adapters.errors import BadArguments, ProfileError
 from conduit.daemon.init import TEMPLATES, starter_text
 from conduit.daemon.profile import find_line, load_profile, parse_profile, use_model
 
@@ -90,6 +90,14 @@ def test_bad_base_url_names_key(tmp_path: Path) -> None:
     assert "channels.taotoken.base_url" in msg and "profile.toml:7" in msg
 
 
+def test_model_ids_are_checked(tmp_path: Path) -> None:
+    assert "cannot be empty" in err(MINIMAL.replace('model = "claude-sonnet-4-20250514"', 'model = ""'), tmp_path)
+    msg = err(MINIMAL.replace('model = "claude-sonnet-4-20250514"', 'model = "claude\u200bsonnet"'), tmp_path)
+    assert "U+200B" in msg and "profile.toml:3" in msg
+    p = parse_profile(MINIMAL.replace('model = "claude-sonnet-4-20250514"', 'model = " spaced "'), tmp_path / "p.toml")
+    assert p.model.model == "spaced"
+
+
 def test_unsupported_version(tmp_path: Path) -> None:
     assert "unsupported profile version 2" in err(MINIMAL.replace("version = 1", "version = 2"), tmp_path)
 
@@ -107,8 +115,11 @@ def test_use_keeps_comments_and_layout(temp_home: Path) -> None:
     text = path.read_text()
     assert text == MINIMAL.replace('model = "claude-sonnet-4-20250514"  ', 'model = "deepseek-chat"  ')
     assert loaded.model.model == "deepseek-chat"
-    with pytest.raises(ProfileError, match="not defined"):
+    with pytest.raises(BadArguments, match="not defined"):
         use_model(path, "x", channel="nope")
+    for bad in ("", "  ", "gpt\u200b4o", "gpt 4o"):
+        with pytest.raises(BadArguments, match="model"):
+            use_model(path, bad)
     assert path.read_text() == text
 
 

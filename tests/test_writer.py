@@ -115,6 +115,14 @@ def test_dangling_symlink_is_written_at_its_target(temp_home: Path) -> None:
     assert json.loads((temp_home / "dotfiles" / "settings.json").read_text()) == {"env": {"A": "1"}}
 
 
+def test_symlink_into_a_missing_folder_is_refused(temp_home: Path) -> None:
+    link = temp_home / "settings.json"
+    link.symlink_to(temp_home / "gone" / "dotfiles" / "settings.json")
+    result = Writer(_store(temp_home)).apply("t", json_target(link, _set(A="1"), secret_keys=()))
+    assert result.error is not None and "does not exist" in result.error and not result.changed
+    assert not (temp_home / "gone").exists() and link.is_symlink()
+
+
 def test_loose_mode_is_tightened_with_a_notice(temp_home: Path) -> None:
     path = temp_home / "secrets.json"
     path.write_text("{}\n")

@@ -68,7 +68,7 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
                         "1GiB", "--dtype", "float32", "--max-model-len", "256", "--json"],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
-    ledger = json.loads(r.stdout)
+    ledger = json.loads(r.stdout)["ledger"]
     assert ledger["kv_tokens"] == logged_tokens, (ledger, line)
     assert round(ledger["max_concurrency"], 2) == logged_conc, (ledger, line)
 
@@ -84,13 +84,23 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
     server_ttft_mean = ttft_hist.sum_s / ttft_hist.count
     client_ttfts = [r.t_first - r.t_send for lv in sweep.levels for r in lv.results if r.t_first is not None]
     client_ttft_mean = sum(client_ttfts) / len(client_ttfts)
-    # The client sees the server's TTFT plus loopback HTTP: within 10% of vLLM's own histogram.
-    assert abs(client_ttft_mean - server_ttft_mean) <= 0.10 * server_ttft_mean, (client_ttft_mean, server_ttft_mean)
+    # vLLM stamps a request's arrival after the API server has parsed, templated and tokenized it, so its TTFT
+    # histogram leaves out that front-end time, which the client sees (tens of ms on these 2 loaded cores).
+    # The client's TTFT is therefore at least vLLM's; the decode-side timing must agree closely.
+    assert client_ttft_mean >= server_ttft_mean, (client_ttft_mean, server_ttft_mean)
+    itl_hist = after.histograms["itl"].minus(before.histograms["itl"])
+    assert itl_hist.count == 24 * 15  # one inter-token gap per token after the first
+    server_itl_mean = itl_hist.sum_s / itl_hist.count
+    tpots = [lg.tpot(r.t_first, r.t_last, 16) for lv in sweep.levels for r in lv.results]
+    client_tpot_mean = sum(t for t in tpots if t is not None) / len(tpots)
+    assert abs(client_tpot_mean - server_itl_mean) <= 0.10 * server_itl_mean, (client_tpot_mean, server_itl_mean)
     # Throughput: the bench's tokens over its levels' wall time against vLLM's token counter over the time
     # between the two scrapes (which also holds the short gaps between levels).
     bench_tps = out_tokens / sum(lv.wall_s for lv in sweep.levels)
     metrics_tps = served / got["metrics_window_s"]
     assert abs(bench_tps - metrics_tps) <= 0.10 * metrics_tps, (bench_tps, metrics_tps)
     (tmp_path / "sweep.json").write_text(json.dumps(sweep.to_dict(with_requests=False)))
-    print(f"\nreal vLLM sweep: client TTFT mean {client_ttft_mean * 1000:.1f} ms vs vLLM {server_ttft_mean * 1000:.1f} ms; "
+    print(f"\nreal vLLM sweep: TTFT mean client {client_ttft_mean * 1000:.1f} ms / vLLM {server_ttft_mean * 1000:.1f} ms; "
+          f"TPOT client {client_tpot_mean * 1000:.2f} ms / vLLM ITL {server_itl_mean * 1000:.2f} ms; "
+          f"tokens/s bench {bench_tps:.1f} / vLLM {metrics_tps:.1f}; "
           f"req/s per level {[round(lv.requests_per_s, 2) for lv in sweep.levels]}")
