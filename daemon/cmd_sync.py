@@ -46,7 +46,10 @@ def init(
     out.print(f"wrote {path}")
     for note in notes:
         out.print(f"  {note}", markup=False)
-    out.print("next: store the key with `conduit key set NAME` (reads stdin), then `conduit sync --dry-run`.")
+    if any(n.startswith("moved ") for n in notes):
+        out.print("next: `conduit sync --dry-run` to see what would change.")
+    else:
+        out.print("next: store the key with `conduit key set NAME` (reads stdin), then `conduit sync --dry-run`.")
     return 0
 
 
@@ -239,6 +242,7 @@ def restore_cmd(
             out.print(f"no backups for {tool} in {paths.backups_dir() / tool}")
             return 0
         table = Table("id", "created (UTC)", "file", "bytes")
+        table.columns[0].no_wrap = True  # the id is copied into --id
         for b in backups:
             table.add_row(b.id, b.created.strftime("%Y-%m-%d %H:%M:%S"), str(b.path), str(b.size))
         out.print(table)

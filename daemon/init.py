@@ -142,6 +142,9 @@ def init_profile(path: Path, *, template: str = "hosted", force: bool = False, e
         notes.insert(0, "found existing tool settings: " + ", ".join(f"{f.tool} -> {f.base_url}" for f in found))
     else:
         text = starter_text(template)
+        if discover_tools:
+            notes.insert(0, f"no existing Claude Code or Cline gateway settings found; wrote the `{template}` "
+                         "starter profile")
     if path.exists():
         backup = path.with_suffix(path.suffix + ".bak")
         backup.write_bytes(path.read_bytes())
