@@ -76,7 +76,7 @@ class ToolSettings:
     tool: str
     channel: str
     root: Root
-    key: str | None
+    key: str | None = field(repr=False)
     auth: AuthStyle = "bearer"
     model: str = ""
     small_model: str | None = None
@@ -104,6 +104,11 @@ class Env:
     def home(self) -> Path:
         """The user's home directory (``$HOME``)."""
         return Path(self.environ.get("HOME") or os.path.expanduser("~"))
+
+    def config_home(self) -> Path:
+        """``$XDG_CONFIG_HOME``, else ``~/.config`` (where conduit's own config lives on Linux)."""
+        xdg = self.get("XDG_CONFIG_HOME")
+        return Path(xdg).expanduser() if xdg else self.home / ".config"
 
     def get(self, name: str) -> str | None:
         """An environment variable, stripped; None when unset or blank."""

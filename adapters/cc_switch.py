@@ -164,10 +164,10 @@ def _row_writer(settings: ToolSettings, pid: str, make_current: bool):
         row = conn.execute("SELECT name, settings_config, meta, is_current FROM providers "
                            "WHERE id = ? AND app_type = ?", (pid, APP_TYPE)).fetchone()
         changes: list[str] = []
-        old_config = _loads(row[1]) if row else {}
+        old_config = _loads(row[1], f"providers[{pid}].settings_config") if row else {}
         config = dict(old_config)
         config["env"] = merge_env(old_config.get("env"), wanted_env)
-        old_meta = _loads(row[2]) if row else {}
+        old_meta = _loads(row[2], f"providers[{pid}].meta") if row else {}
         meta = dict(old_meta)
         if settings.auth == "x-api-key":
             meta["apiKeyField"] = "ANTHROPIC_API_KEY"
@@ -202,24 +202,27 @@ def _row_writer(settings: ToolSettings, pid: str, make_current: bool):
     return apply
 
 
-def _loads(text: str | None) -> dict[str, Any]:
+def _loads(text: str | None, where: str) -> dict[str, Any]:
+    """A JSON column of conduit's own row. Raises ToolFileError when it is not a JSON object: the row is left
+    alone rather than overwritten (merge, never clobber)."""
     try:
         value = json.loads(text or "{}")
     except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        raise ToolFileError(f"cc-switch.db {where} is not valid JSON",
+                            "fix or delete conduit's row in CC Switch; conduit left the database unchanged") from None
+    return as_object(value, where=f"cc-switch.db {where}")
 
 
 def _legacy_transform(settings: ToolSettings, pid: str, make_current: bool):
     wanted_env = anthropic_env(settings)
 
     def transform(doc: dict[str, Any]) -> dict[str, Any]:
-        claude = as_object(doc.get("claude"))
-        providers = as_object(claude.get("providers"))
-        entry = dict(as_object(providers.get(pid)))
+        claude = as_object(doc.get("claude"), where="config.json: claude")
+        providers = as_object(claude.get("providers"), where="config.json: claude.providers")
+        entry = dict(as_object(providers.get(pid), where=f"config.json: claude.providers.{pid}"))
         entry.setdefault("id", pid)
         entry["name"] = f"conduit: {settings.channel}"
-        config = as_object(entry.get("settingsConfig"))
+        config = as_object(entry.get("settingsConfig"), where=f"config.json: claude.providers.{pid}.settingsConfig")
         entry["settingsConfig"] = {**config, "env": merge_env(config.get("env"), wanted_env)}
         providers[pid] = entry
         claude["providers"] = providers

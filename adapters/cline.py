@@ -166,9 +166,10 @@ class Cline:
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
             doc.setdefault("version", 1)
             doc["lastUsedProvider"] = PROVIDER_ID
-            providers = as_object(doc.get("providers"))
-            entry = dict(as_object(providers.get(PROVIDER_ID)))
-            old = as_object(entry.get("settings"))
+            where = f"{providers_path(env)}: providers"
+            providers = as_object(doc.get("providers"), where=where)
+            entry = dict(as_object(providers.get(PROVIDER_ID), where=f"{where}.{PROVIDER_ID}"))
+            old = as_object(entry.get("settings"), where=f"{where}.{PROVIDER_ID}.settings")
             new = {**old, **wanted}
             # Cline's own key order for a new entry: settings, updatedAt, tokenSource.
             entry = {"settings": new, **{k: v for k, v in entry.items() if k != "settings"}}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -41,6 +42,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    # 1e999 parses to inf, which json.dumps would write back as the non-JSON `Infinity`.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
 def parse_json_object(text: str | None, *, path: Path) -> dict[str, Any]:
     """Parse a tool's JSON file whose top level must be an object.
 
@@ -58,13 +67,16 @@ def parse_json_object(text: str | None, *, path: Path) -> dict[str, Any]:
     if text is None or not text.strip():
         return {}
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ToolFileError(f"{path}: nested too deeply to be a settings file",
+                            hint="fix it by hand; conduit left it unchanged") from None
     except json.JSONDecodeError as err:
         raise ToolFileError(
             f"{path}: not valid JSON at line {err.lineno}, column {err.colno}: {_describe(text, err)}",
             hint=_PARSE_HINT,
         ) from None
-    except ValueError as err:  # NaN / Infinity, refused by _reject_constant
+    except ValueError as err:  # NaN / Infinity / 1e999, refused by _reject_constant and _finite_float
         raise ToolFileError(f"{path}: not valid JSON: {err}", hint=_PARSE_HINT) from None
     if not isinstance(doc, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
@@ -204,7 +216,16 @@ def read_json_quietly(path: Path) -> tuple[dict[str, Any], str | None]:
         return {}, exc.message
 
 
-def as_object(value: Any) -> dict[str, Any]:
-    """``value`` when it is a JSON object, else a new empty one (a tool file with an odd shape is merged into,
-    not crashed on)."""
-    return value if isinstance(value, dict) else {}
+def as_object(value: Any, *, where: str = "") -> dict[str, Any]:
+    """``value`` when it is a JSON object; a new empty one when it is absent (None).
+
+    Raises:
+        ToolFileError: the value exists but is not an object: merge, never clobber, so conduit refuses to
+            replace what it does not understand. ``where`` names the file and key for the message.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ToolFileError(f"{where or 'a value'} is a {type(value).__name__}, not an object",
+                            hint="fix it by hand (or remove it); conduit left the file unchanged")
+    return value

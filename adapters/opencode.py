@@ -47,8 +47,7 @@ class OpenCodeOptions(BaseModel):
 
 def config_dir(env: Env) -> Path:
     """``$XDG_CONFIG_HOME/opencode`` or ``~/.config/opencode``."""
-    xdg = env.get("XDG_CONFIG_HOME")
-    return (Path(xdg).expanduser() if xdg else env.home / ".config") / "opencode"
+    return env.config_home() / "opencode"
 
 
 def config_file(env: Env) -> Path:
@@ -57,13 +56,10 @@ def config_file(env: Env) -> Path:
     return next((d / n for n in FILE_NAMES if (d / n).exists()), d / "opencode.json")
 
 
-def key_file(channel: str) -> Path:
-    """conduit's own key file for tools that reference a key by path: ``<conduit config>/tool-keys/<channel>.key``."""
-    from conduit.daemon.paths import (
-        config_dir as conduit_config,  # lazy: adapters do not import daemon at load
-    )
-
-    return conduit_config() / "tool-keys" / f"{channel}.key"
+def key_file(channel: str, env: Env) -> Path:
+    """conduit's own key file for tools that reference a key by path:
+    ``<conduit config>/tool-keys/<channel>.key`` (``$XDG_CONFIG_HOME/conduit``, as the daemon's paths)."""
+    return env.config_home() / "conduit" / "tool-keys" / f"{channel}.key"
 
 
 class OpenCode:
@@ -90,7 +86,7 @@ class OpenCode:
         key = settings.key_or_placeholder
         targets: list[Target] = []
         if opts.key_source == "file":
-            kf = key_file(settings.channel)
+            kf = key_file(settings.channel, env)
             targets.append(plain_target(kf, key, label=f"tool-keys/{kf.name}"))
             api_key = f"{{file:{kf}}}"
         else:

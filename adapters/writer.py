@@ -27,7 +27,7 @@ file and what to do, and the file is left exactly as it was. ``BackupStore.resto
 
 Example::
 
-    writer = Writer(BackupStore(), dry_run=False, secrets=[key])
+    writer = Writer(BackupStore(backups_dir), dry_run=False, secrets=[key])
     for target in adapter.plan(settings, env):
         result = writer.apply("claude_code", target)
         print(result.label, "changed" if result.changed else "unchanged", result.error or "")
@@ -324,7 +324,7 @@ class BackupStore:
     original file are kept.
 
     Args:
-        root: the store's directory; default ``conduit.daemon.paths.backups_dir()``
+        root: the store's directory (the daemon passes ``conduit.daemon.paths.backups_dir()``)
             (``~/.local/state/conduit/backups``), looked up on each use so HOME redirects it.
         keep: how many backups to keep per tool and original file (>= 1).
     """
@@ -338,11 +338,10 @@ class BackupStore:
     @property
     def root(self) -> Path:
         """The store's directory."""
-        if self._root is not None:
-            return self._root
-        from conduit.daemon.paths import backups_dir  # lazy: adapters import nothing from daemon at load
-
-        return Path(backups_dir())
+        if self._root is None:
+            raise ToolFileError("no backup directory given", "pass BackupStore(root); the daemon uses "
+                                "conduit.daemon.paths.backups_dir()")  # adapters never import the daemon
+        return self._root
 
     def tool_dir(self, tool: str) -> Path:
         """``<root>/<tool>``. Raises ToolFileError for a name that is not a plain tool name."""

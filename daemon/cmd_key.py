@@ -17,7 +17,7 @@ import typer
 
 from conduit.adapters.errors import KeyError_
 from conduit.daemon.cli import app
-from conduit.daemon.keys import KEY_FILE_MAX_BYTES, key_list, key_rm, key_set
+from conduit.daemon.keys import KEY_FILE_MAX_BYTES, key_list, key_rm, key_set, looks_like_key
 
 key_app = typer.Typer(
     name="key",
@@ -59,6 +59,8 @@ def set_(
             hint=f"pipe it in (`conduit key set {name} < KEYFILE`) or run `conduit key set {name}` for a hidden "
             "prompt, and consider the key exposed: rotate it",
         )
+    if looks_like_key(name):
+        key_set(name, "")  # raises the unechoed "looks like an API key" error before any prompt shows the name
     typer.echo(key_set(name, read_key_input(name)))
 
 

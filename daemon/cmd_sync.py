@@ -26,7 +26,7 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 _STYLE = {"changed": "green", "unchanged": "dim", "error": "red", "not_found": "yellow", "unsupported": "red",
-          "disabled": "dim", "in_sync": "green", "drifted": "yellow", "not_managed": "dim"}
+          "disabled": "dim", "in_sync": "green", "drifted": "yellow", "not_managed": "dim", "not_synced": "yellow"}
 
 
 @app.command()
@@ -230,7 +230,7 @@ def restore_cmd(
     """Restore a tool's files from conduit's backups (the restore itself is backed up, so it can be undone)."""
     if tool not in ADAPTERS:
         raise BadArguments(f"unknown tool `{tool}`", _did_you_mean(tool, ADAPTERS))
-    store = BackupStore()
+    store = BackupStore(paths.backups_dir())
     if list_only:
         backups = store.list(tool)
         if as_json:

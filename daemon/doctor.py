@@ -50,10 +50,12 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> di
             entry["state"] = "not_managed"
         else:
             entry["state"] = _STATE.get(tr.status, tr.status)
+            if tr.status == "changed" and all(r.diff.startswith("--- /dev/null") for r in tr.results if r.changed):
+                entry["state"] = "not_synced"  # files conduit would create: never synced yet, not drifted
             entry["diff"] = "\n".join(r.diff for r in tr.results if r.diff)
             entry["message"] = tr.message
             entry["restart_hint"] = adapter.restart_hint
-            if entry["state"] in ("drifted", "error", "unsupported"):
+            if entry["state"] in ("drifted", "not_synced", "error", "unsupported"):
                 report["ok"] = False
         try:
             entry["facts"] = adapter.inspect(env)

@@ -97,6 +97,8 @@ def propose(found: list[Found], secrets: SecretsStore | None, notes: list[str]) 
             except KeyError_ as exc:
                 notes.append(f"{f.tool}: key not imported: {exc.message}")
         tool_channel[f.tool] = name
+    if not channels:
+        return ""  # nothing usable was found: the caller writes a starter profile instead
     first = next(iter(channels))
     main_model = next((f.model for f in found if f.model), None) or "MODEL-NAME"
     doc.add("channel", first)
@@ -137,18 +139,18 @@ def init_profile(path: Path, *, template: str = "hosted", force: bool = False, e
         raise ConduitError(f"{path} already exists", "edit it, or pass --force to replace it (a copy is kept as .bak)")
     notes: list[str] = []
     found = discover(env or Env()) if discover_tools else []
-    if found:
-        text = propose(found, SecretsStore(), notes)
+    text = propose(found, SecretsStore(), notes) if found else ""
+    if text:
         notes.insert(0, "found existing tool settings: " + ", ".join(f"{f.tool} -> {f.base_url}" for f in found))
     else:
         text = starter_text(template)
         if discover_tools:
-            notes.insert(0, f"no existing Claude Code or Cline gateway settings found; wrote the `{template}` "
+            notes.insert(0, f"no usable Claude Code or Cline gateway settings found; wrote the `{template}` "
                          "starter profile")
     if path.exists():
         backup = path.with_suffix(path.suffix + ".bak")
         backup.write_bytes(path.read_bytes())
         notes.append(f"previous profile kept as {backup}")
     # A proposal is validated before it is written; the shipped starters are validated by the test suite.
-    save_profile(path, text, validate=bool(found))
+    save_profile(path, text, validate=bool(found) and "conduit init" in text.splitlines()[0])
     return text, notes

@@ -71,17 +71,15 @@ def display_path(path: Path | str, environ: Mapping[str, str] | None = None) -> 
     return text
 
 
-_KEY_LIKE = re.compile(r"^(sk|pk|rk|key)[-_]|[A-Za-z0-9]{32,}", re.IGNORECASE)
+_KEY_LIKE = re.compile(r"^sk-[A-Za-z0-9_-]{12,}|[A-Za-z0-9]{32,}")
+
+
+def looks_like_key(name: str) -> bool:
+    """True for a secret *name* that is probably a key typed where the name goes (``sk-...``, a long token)."""
+    return bool(_KEY_LIKE.search(name))
 
 
 def _check_name(name: str) -> str:
-    if _KEY_LIKE.search(name):
-        # Never echo it: it is probably a key typed where the name goes (and now in the shell history).
-        raise KeyError_(
-            "that looks like an API key, not a name: the key is read from stdin, never from the command line",
-            hint="run `conduit key set NAME` and paste the key when asked; if that was a real key, it is in "
-            "your shell history now: rotate it",
-        )
     if not NAME_RE.fullmatch(name):
         raise KeyError_(
             "a secret name may hold only letters, digits, `_`, `.` and `-`",
@@ -545,6 +543,13 @@ def key_set(name: str, raw: str, *, store: SecretsStore | None = None) -> str:
     Raises:
         KeyError_: a bad name, or a key ``clean_key`` refuses; nothing is written then.
     """
+    if looks_like_key(name):
+        # Never echo it: it is probably a key typed where the name goes (and now in the shell history).
+        raise KeyError_(
+            "that looks like an API key, not a name: the key is read from stdin, never from the command line",
+            hint="run `conduit key set NAME` and paste the key when asked; if that was a real key, it is in "
+            "your shell history now: rotate it",
+        )
     _check_name(name)
     store = store or SecretsStore()
     try:

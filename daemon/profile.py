@@ -186,12 +186,15 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
     """Validate profile ``text`` read from ``path`` (see ``load_profile``)."""
     try:
         doc = tomlkit.parse(text)
+        data = doc.unwrap()
     except tomlkit.exceptions.ParseError as exc:
         raise ProfileError(
             f"{path}:{exc.line}:{exc.col}: not valid TOML: {_toml_reason(exc)}",
             "fix the syntax at that line; the tools were left as they are",
         ) from None
-    data = doc.unwrap()
+    except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:  # e.g. a table defined twice
+        raise ProfileError(f"{path}: not valid TOML: {exc}",
+                           "fix the file; the tools were left as they are") from None
     try:
         model = Profile.model_validate(data)
     except ValidationError as exc:

@@ -91,7 +91,7 @@ class RedactingBackupStore(BackupStore):
     """
 
     def __init__(self, secrets: list[str], root: Path | None = None, keep: int = 10) -> None:
-        super().__init__(root=root, keep=keep)
+        super().__init__(root=root or paths.backups_dir(), keep=keep)
         self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def save_bytes(self, tool: str, original: Path, data: bytes, *, mode: int, batch: str = "") -> Backup:
@@ -117,7 +117,7 @@ def scrub_backups(secrets: list[str], store: BackupStore | None = None) -> int:
     Returns the number of backup files changed. A file that cannot be redacted is deleted instead (an old key
     must not survive), and counted.
     """
-    root = (store or BackupStore()).root
+    root = (store or BackupStore(paths.backups_dir())).root
     secrets = [s for s in secrets if s]
     if not secrets or not root.is_dir():
         return 0

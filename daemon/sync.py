@@ -14,6 +14,7 @@ from conduit.adapters.base import Env, NotFound, Unsupported
 from conduit.adapters.errors import BadArguments, ConduitError
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import BackupStore, Writer, WriteResult
+from conduit.daemon import paths
 from conduit.daemon.profile import LoadedProfile
 from conduit.daemon.resolve import Resolver
 
@@ -89,7 +90,7 @@ def sync(
                                f"known tools: {', '.join(ADAPTERS)}")
     resolver = Resolver(profile, environ)
     secrets = _known_secrets(resolver, wanted)
-    writer = Writer(backups or BackupStore(), dry_run=dry_run, secrets=secrets)
+    writer = Writer(backups or BackupStore(paths.backups_dir()), dry_run=dry_run, secrets=secrets)
     reports = [_sync_tool(name, resolver, writer, env) for name in wanted]
     notices = list(profile.notices)
     for cname in {resolver.tool_channel_name(t) for t in wanted}:
@@ -130,8 +131,18 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env) -> ToolR
     except ConduitError as exc:
         report.status, report.message = "error", str(exc)
         return report
+    except Exception as exc:  # an adapter bug must not stop the other tools (DESIGN: they still sync)
+        report.status, report.message = "error", writer.mask(f"internal error in the {adapter.display_name} "
+                                                             f"adapter: {type(exc).__name__}: {exc}")
+        return report
     for target in targets:
-        result = writer.apply(name, target)
+        try:
+            result = writer.apply(name, target)
+        except Exception as exc:
+            report.status = "error"
+            report.message = writer.mask(f"internal error writing {getattr(target, 'path', '?')}: "
+                                         f"{type(exc).__name__}: {exc}")
+            continue
         report.results.append(result)
         if result.error:
             # Later targets of the same tool are still tried: each file is independent and atomic.

@@ -498,8 +498,8 @@ def test_corrupt_index_loses_no_backup_files(temp_home: Path) -> None:
 def test_default_backup_root_follows_home(temp_home: Path) -> None:
     from conduit.daemon.paths import backups_dir
 
-    assert BackupStore().root == backups_dir()
-    assert str(BackupStore().root).startswith(str(temp_home))
+    assert BackupStore(backups_dir()).root == backups_dir()
+    assert str(backups_dir()).startswith(str(temp_home))
 
 
 # ---------------------------------------------------------------------------------------------------- SQLite
