@@ -30,7 +30,13 @@ Routes (all JSON; see docs/agent.md for real examples and ``GET /v1/openapi.json
     POST /v1/vllm/{start|stop|restart}   call the slot (waits up to 30 s), answer its snapshot(); 409 without one
     GET  /v1/openapi.json            OpenAPI 3.1 description
 
-The vLLM slot (filled by the vLLM supervisor; any object with these members)::
+The vLLM slot. When the profile has a ``[vllm]`` table and no slot was passed in, the agent fills it with a
+``conduit.daemon.supervisor.Supervisor`` and follows the profile: a reload whose ``[vllm]`` settings changed
+calls ``apply_settings`` (which restarts vLLM only when what it is launched with changed), removing the table
+stops vLLM, adding it starts one; an invalid profile changes nothing (a typo never stops a serving model). On
+SIGTERM the agent leaves a running vLLM serving (the supervisor's design: the next agent adopts it through the
+pid file); ``conduit vllm stop`` (``POST /v1/vllm/stop``) is the way to stop it. A slot passed in
+(``run_agent(config, vllm=...)``) is run as given, without following the profile; it is any object with::
 
     class VllmSlot(Protocol):
         async def start(self) -> None      # launch vLLM; returns once launched (readiness shows in snapshot)
@@ -63,7 +69,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
@@ -78,7 +84,11 @@ from conduit.daemon.gpu import (
     host_snapshot,
     report_json,
 )
-from conduit.daemon.prober import Prober, targets_from_profile
+from conduit.daemon.prober import Prober, ProbeTarget
+
+if TYPE_CHECKING:
+    from conduit.daemon.supervisor import Supervisor
+    from conduit.daemon.vllm_settings import VllmSettings
 
 log = logging.getLogger("conduit.agent")
 
@@ -261,6 +271,56 @@ def _raise_nofile_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+# --------------------------------------------------------------------------------------------- profile
+
+
+@dataclass
+class ProfileView:
+    """What the agent takes from one read of the profile (made in a worker thread by ``read_profile``).
+
+    Attributes:
+        targets, problems: probe targets and unresolvable channels (``conduit.daemon.prober.targets_for``).
+        note: why there are no channels (the profile is missing or invalid), else None.
+        valid: the profile was read and validated; when false, ``vllm`` means nothing and vLLM is left alone.
+        vllm: the ``[vllm]`` settings ready to launch with, None without a table, or the ``ConduitError`` met
+            reading ``[vllm].api_key``'s key source.
+    """
+
+    targets: list[ProbeTarget]
+    problems: dict[str, str]
+    note: str | None
+    valid: bool
+    vllm: VllmSettings | ConduitError | None = None
+
+
+def read_profile(path: str | None) -> ProfileView:
+    """Load the profile once and derive probe targets and vLLM settings. Blocking (key sources may run
+    commands): call it through ``asyncio.to_thread``. Never raises."""
+    from conduit.daemon.prober import targets_for
+    from conduit.daemon.profile import load_profile
+    from conduit.daemon.resolve import vllm_settings
+
+    try:
+        loaded = load_profile(path)
+    except ConduitError as exc:
+        return ProfileView([], {}, str(exc), valid=False)
+    except OSError as exc:
+        return ProfileView([], {}, f"cannot read the profile: {exc}", valid=False)
+    targets, problems = targets_for(loaded)
+    vllm: VllmSettings | ConduitError | None
+    try:
+        vllm = vllm_settings(loaded)
+    except ConduitError as exc:
+        vllm = exc
+    return ProfileView(targets, problems, None, valid=True, vllm=vllm)
+
+
+def _default_supervisor(settings: VllmSettings) -> Supervisor:
+    from conduit.daemon.supervisor import Supervisor
+
+    return Supervisor(settings)
+
+
 # --------------------------------------------------------------------------------------------- agent
 
 
@@ -279,12 +339,16 @@ class Agent:
     Args:
         config: settings.
         gpu_probe: the NVML probe (default: real pynvml, or the fake named by ``$CONDUIT_FAKE_GPUS``).
-        vllm: the vLLM slot, or None ("not_configured").
+        vllm: a vLLM slot run as given; None: a ``Supervisor`` made from the profile's ``[vllm]`` table when it
+            has one, following the profile's changes (else ``{"state": "not_configured"}``).
         prober: a channel prober (default: built from the profile).
+        vllm_factory: makes the supervisor from ``VllmSettings`` (default: ``Supervisor(settings)``); tests
+            pass one with a private state directory.
     """
 
     def __init__(self, config: AgentConfig | None = None, gpu_probe: GpuProbe | None = None,
-                 vllm: VllmSlot | None = None, prober: Prober | None = None) -> None:
+                 vllm: VllmSlot | None = None, prober: Prober | None = None,
+                 vllm_factory: Callable[[VllmSettings], Supervisor] | None = None) -> None:
         self.config = config or AgentConfig()
         self.socket_path = Path(self.config.socket_path or paths.agent_socket_path())
         self.gpu_probe = gpu_probe or default_probe()
@@ -293,7 +357,12 @@ class Agent:
         self.host: HostSnapshot | None = None
         self._gpus_cache: dict[str, Any] = report_json(None)  # rebuilt after each sample, not per request
         self._host_cache: dict[str, Any] = {"note": "not sampled yet"}
-        self.vllm = vllm
+        self.vllm: Any = vllm
+        self._own_vllm = vllm is None
+        self._vllm_factory = vllm_factory or _default_supervisor
+        self._vllm_task: asyncio.Task[None] | None = None
+        #: why the profile's [vllm] cannot be applied (its api_key source failed), as a last_failure dict
+        self.vllm_problem: dict[str, Any] | None = None
         self._own_prober = prober is None
         self.prober = prober or Prober([], interval_s=self.config.probe_interval_s)
         self.channels_note: str | None = "profile not read yet" if prober is None else None
@@ -319,19 +388,25 @@ class Agent:
         """Start the background loops on the running event loop (state becomes RUNNING)."""
         self._tasks.append(asyncio.create_task(self._gpu_loop(), name="gpu"))
         self._tasks.append(asyncio.create_task(self._files_loop(), name="files"))
-        if self.vllm is not None:
+        if self.vllm is not None and not self._own_vllm:
             self._tasks.append(asyncio.create_task(self.vllm.run(), name="vllm"))
         if not self._own_prober:
             self.prober.start()
         self._set_state(AgentState.RUNNING)
 
     async def stop_loops(self) -> None:
-        """Cancel the loops and close the prober's client (state becomes STOPPING)."""
+        """Cancel the loops and close the prober's client (state becomes STOPPING). A vLLM the agent's own
+        supervisor runs is left serving, for the next agent to adopt (``conduit vllm stop`` stops it)."""
         if self.state is not AgentState.STOPPING:
             self._set_state(AgentState.STOPPING)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._own_vllm and self.vllm is not None:
+            try:
+                await self.vllm.aclose(stop_vllm=False)
+            except Exception:
+                log.exception("closing the vLLM supervisor failed")
         await self.prober.aclose()
 
     def _vllm_pids(self) -> set[int]:
@@ -351,7 +426,7 @@ class Agent:
         while True:
             t0 = time.monotonic()
             try:
-                report: GpuReport = await asyncio.to_thread(self.gpu_probe.sample, self._vllm_pids())
+                report: GpuReport = await asyncio.to_thread(lambda: self.gpu_probe.sample(self._vllm_pids()))
                 self.gpu_history.add(report)
                 self._gpus_cache = report_json(report, self.gpu_history)
                 self.host = host_snapshot()
@@ -379,7 +454,7 @@ class Agent:
             await asyncio.sleep(self.config.reload_interval_s)
 
     async def _reload_profile(self, force: bool = False) -> None:
-        if not self._own_prober:
+        if not self._own_prober and not self._own_vllm:
             return
         sig = self._sig(paths.profile_path(self.config.profile_path))
         stale = time.monotonic() - self._resolved_at > self.config.rekey_interval_s  # keys may rotate in place
@@ -387,12 +462,49 @@ class Agent:
             return
         self._profile_sig = sig
         self._resolved_at = time.monotonic()
-        targets, problems, note = await asyncio.to_thread(targets_from_profile, self.config.profile_path)
-        before = {(t.channel, t.protocol): t for t in self.prober.targets()}
-        self.prober.set_targets(targets, problems)
-        self.channels_note = note
-        if force or before != {(t.channel, t.protocol): t for t in targets}:
-            self.prober.start()  # restart the schedules only when what is probed changed
+        view = await asyncio.to_thread(read_profile, self.config.profile_path)
+        if self._own_prober:
+            before = {(t.channel, t.protocol): t for t in self.prober.targets()}
+            self.prober.set_targets(view.targets, view.problems)
+            self.channels_note = view.note
+            if force or before != {(t.channel, t.protocol): t for t in view.targets}:
+                self.prober.start()  # restart the schedules only when what is probed changed
+        if self._own_vllm and view.valid:
+            await self._follow_vllm(view.vllm)
+
+    async def _follow_vllm(self, new: VllmSettings | ConduitError | None) -> None:
+        """Make the agent's supervisor match the profile's ``[vllm]``: start one for a new table, hand
+        changed settings to it (it restarts vLLM only when the launch changed), stop it when the table is gone.
+        A key source that cannot be read leaves a running vLLM as it is and is reported on ``/v1/vllm``."""
+        if isinstance(new, ConduitError):
+            self.vllm_problem = {"kind": "api_key", "reason": new.message, "fix": new.hint,
+                                 "exit_code": None, "log_tail": "", "at": time.time()}
+            log.warning("[vllm].api_key: %s", new.message)
+            if self.vllm is not None and new.message not in self.vllm.warnings:
+                self.vllm.warnings_push(f"profile change not applied: {new.message}")
+            return
+        self.vllm_problem = None
+        sup = self.vllm
+        if new is None:
+            if sup is not None:
+                log.info("the profile has no [vllm] table any more: stopping vLLM")
+                try:
+                    await sup.aclose(stop_vllm=True)
+                finally:
+                    self.vllm, self._vllm_task = None, None
+            return
+        if sup is not None and self._vllm_task is not None and self._vllm_task.done():
+            log.error("the vLLM supervisor ended unexpectedly (%r); starting a new one",
+                      self._vllm_task.exception() if not self._vllm_task.cancelled() else "cancelled")
+            sup = None
+        if sup is None:
+            sup = self._vllm_factory(new)
+            self.vllm = sup
+            self._vllm_task = asyncio.create_task(sup.run(), name="vllm")
+            log.info("supervising vLLM for model %s at %s", new.name, new.base_url)
+            return
+        if await sup.apply_settings(new):
+            log.info("the profile's [vllm] settings changed: vLLM relaunched")
 
     def _reload_tools(self) -> None:
         path = paths.state_dir() / "sync.json"
@@ -434,8 +546,11 @@ class Agent:
         return self._host_cache
 
     def vllm_json(self) -> dict[str, Any]:
-        """The slot's snapshot, or ``{"state": "not_configured"}``."""
+        """The slot's snapshot; ``{"state": "failed", "last_failure": {...}}`` when the profile's ``[vllm]``
+        cannot be used (its api_key source fails); else ``{"state": "not_configured"}``."""
         if self.vllm is None:
+            if self.vllm_problem is not None:
+                return {"state": "failed", "last_failure": self.vllm_problem}
             return {"state": "not_configured"}
         try:
             return self.vllm.snapshot()
@@ -542,6 +657,9 @@ class Agent:
         if action not in ("start", "stop", "restart"):
             return _error(404, "not_found", f"no vLLM action {action!r}", hint="use start, stop or restart")
         if self.vllm is None:
+            if self.vllm_problem is not None:
+                return _error(409, "vllm_refused", self.vllm_problem["reason"], self.vllm_problem["fix"],
+                              **self.vllm_json())
             return _error(409, "not_configured", "no local vLLM is configured",
                           hint="add a [vllm] table to the profile", state="not_configured")
         fn = getattr(self.vllm, action)
@@ -562,8 +680,7 @@ class Agent:
         await runner.setup()
         site = web.SockSite(runner, claimed.sock, backlog=1024)
         await site.start()
-        if self._own_prober:
-            await self._reload_profile(force=True)
+        await self._reload_profile(force=True)
         self.start_loops()
         log.info("conduit agent listening on %s (pid %d)", self.socket_path, os.getpid())
         try:

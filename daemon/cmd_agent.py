@@ -216,11 +216,65 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
     host = status.get("host") or {}
     if "total_bytes" in host:
         console.print(f"host memory: {fmt_bytes(host['available_bytes'])} available of {fmt_bytes(host['total_bytes'])}")
-    vllm = status.get("vllm") or {}
-    console.print(f"vLLM: {vllm.get('state')}" + (f" - {vllm['message']}" if vllm.get("message") else ""))
+    for line in vllm_lines(status.get("vllm") or {}):
+        console.print(line, markup=False, soft_wrap=True, highlight=False)
     tools = status.get("tools") or {}
     names = ", ".join(f"{k}: {v.get('state', v) if isinstance(v, dict) else v}" for k, v in (tools.get("tools") or {}).items())
     console.print(f"tools: {names or tools.get('note') or '(none)'}")
+
+
+def vllm_lines(vllm: dict[str, Any]) -> list[str]:
+    """The vLLM part of ``conduit status`` as plain lines, from a ``/v1/vllm`` body (``Supervisor.snapshot``):
+    state (since when, pid, restarts, URL, model), the last failure's reason and fix, the live numbers
+    (KV cache use, running/waiting requests, preemptions, prefix-cache hit rate, TTFT and inter-token latency
+    mean/p50/p95 in ms, prompt/generation tokens per second) and the warnings."""
+    state = vllm.get("state")
+    if state in (None, "not_configured"):
+        return ["vLLM: not_configured (add a [vllm] table to the profile)"]
+    head = f"vLLM: {state}"
+    if vllm.get("since"):
+        head += " since " + time.strftime("%H:%M:%S", time.localtime(vllm["since"]))
+    bits = []
+    if vllm.get("pid"):
+        bits.append(f"pid {vllm['pid']}" + (", adopted" if vllm.get("adopted") else ""))
+    if vllm.get("restarts"):
+        bits.append(f"restarts {vllm['restarts']}")
+    if bits:
+        head += f" ({', '.join(bits)})"
+    if vllm.get("base_url"):
+        head += f" at {vllm['base_url']}/v1, model {vllm.get('served_model_name')}"
+    if vllm.get("message"):
+        head += f" - {vllm['message']}"
+    lines = [head]
+    f = vllm.get("last_failure")
+    if f and state in ("failed", "restarting", "starting", "unhealthy"):
+        lines.append(f"  last failure: {f.get('reason')}")
+        if f.get("fix"):
+            lines.append(f"  fix: {f['fix']}")
+    m = vllm.get("metrics")
+    if m and state in ("ready", "unhealthy"):
+        live = [f"KV cache {_pct(m.get('kv_cache_usage_fraction'))}",
+                f"running {_num(m.get('requests_running'))}", f"waiting {_num(m.get('requests_waiting'))}",
+                f"preemptions {_num(m.get('preemptions_total'))}",
+                f"prefix-cache hits {_pct(m.get('prefix_cache_hit_rate'))}"]
+        lines.append("  live: " + ", ".join(live))
+        lat = []
+        for key, label in (("ttft", "TTFT"), ("itl", "inter-token")):
+            h = m.get(f"{key}_recent") or m.get(key) or {}
+            if h.get("mean_ms") is not None:
+                lat.append(f"{label} mean {_num(h['mean_ms'])} / p50 {_num(h.get('p50_ms'))} / "
+                           f"p95 {_num(h.get('p95_ms'))} ms")
+        rates = (f"tokens/s prompt {_num(m.get('prompt_tokens_per_s'))}, "
+                 f"generation {_num(m.get('generation_tokens_per_s'))} "
+                 f"(total {_num(m.get('prompt_tokens_total'))} / {_num(m.get('generation_tokens_total'))})")
+        lines.append("  " + "; ".join([*lat, rates]))
+    for w in (vllm.get("warnings") or [])[-5:]:
+        lines.append(f"  warning: {w}")
+    return lines
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
 
 
 def _num(v: float | int | None, suffix: str = "") -> str:

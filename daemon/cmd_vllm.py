@@ -1,8 +1,11 @@
-"""CLI: ``conduit vllm run | logs`` (thin: parse, call, print, return an exit code).
+"""CLI: ``conduit vllm start | stop | restart | run | logs`` (thin: parse, call, print, return an exit code).
 
-``run`` supervises vLLM in the foreground from the profile's ``[vllm]`` table until Ctrl-C (then stops it),
-printing each state change. ``logs`` prints the end of the current launch's log. ``start``/``stop``/
-``restart`` belong to the agent (they call its socket) and are added once ``conduit.daemon.client`` exists.
+``start``/``stop``/``restart`` ask the agent (``POST /v1/vllm/{action}`` through
+``conduit.daemon.client.AgentClient``), which supervises the vLLM of the profile's ``[vllm]`` table. Exit codes
+(DESIGN.md): 0 done (``stop``: nothing left running; ``start``/``restart``: launched, or ready with ``--wait``),
+1 refused or failed (no ``[vllm]`` table, a diagnosed start-up failure, still not ready at ``--timeout``),
+2 agent unreachable, 3 bad arguments. ``run`` supervises vLLM in the foreground without the agent until Ctrl-C
+(then stops it), printing each state change. ``logs`` prints the end of the current launch's log.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from conduit.adapters.errors import ConduitError
 from conduit.daemon import paths
 from conduit.daemon.cli import app, state
 from conduit.daemon.supervisor import Supervisor, VllmState
-from conduit.daemon.vllm_settings import VllmSettings, load
+from conduit.daemon.vllm_settings import VllmSettings
 
 vllm_app = typer.Typer(help="Supervise the local vLLM server described by the profile's vllm table.",
                        no_args_is_help=True)
@@ -40,12 +43,13 @@ def settings_from_profile(profile: str | None) -> VllmSettings:
         ConduitError: the profile has no ``[vllm]`` table.
     """
     from conduit.daemon.profile import load_profile
+    from conduit.daemon.resolve import vllm_settings
 
     loaded = load_profile(profile)
-    table = loaded.model.vllm
-    if not table:
+    settings = vllm_settings(loaded)
+    if settings is None:
         raise ConduitError(f"{loaded.path}: no [vllm] table", 'add one: at least `[vllm]` with `model = "..."`')
-    return load(table, where=str(loaded.path))
+    return settings
 
 
 def log_path() -> Path:
@@ -169,3 +173,86 @@ def logs_cmd(
                 pos = size
     except KeyboardInterrupt:
         return 0
+
+
+# --------------------------------------------------------------------------------------------- through the agent
+
+EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_BAD_ARGS = 0, 1, 2, 3
+#: States that count as "launched" for start/restart without --wait.
+_LAUNCHED = ("starting", "ready")
+
+
+def vllm_action(client: Any, action: str, *, wait_ready_s: float | None = None, poll_s: float = 0.5,
+                stop_timeout_s: float = 120.0) -> tuple[int, dict[str, Any], str | None]:
+    """Ask the agent to ``start``, ``stop`` or ``restart`` vLLM and judge the outcome.
+
+    Args:
+        client: a ``conduit.daemon.client.AgentClient`` (its timeout must exceed the agent's 30 s wait).
+        action: ``start`` | ``stop`` | ``restart``.
+        wait_ready_s: for start/restart, also wait up to this many seconds for ``ready`` (None: do not wait).
+        stop_timeout_s: how long a stop the agent answered 202 (still stopping) is followed, seconds.
+    Returns:
+        ``(exit code, the last /v1/vllm body, an error line or None)``: 0 done, 1 refused/failed/not ready.
+    Raises:
+        AgentUnreachable: the agent does not answer (exit code 2).
+    """
+    from conduit.daemon.client import AgentError
+
+    try:
+        snap = client.post(f"/v1/vllm/{action}")
+    except AgentError as exc:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        return EXIT_FAILED, body, str(exc)
+    deadline = time.monotonic() + (stop_timeout_s if action == "stop" else (wait_ready_s or 0.0))
+    want = ("stopped",) if action == "stop" else ("ready",) if wait_ready_s is not None else _LAUNCHED
+    final = ("stopped", "failed") if action == "stop" else ("ready", "failed", "stopped")
+    while (snap.get("pending") or snap.get("state") not in want) and snap.get("state") not in final:
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+        snap = client.get("/v1/vllm")
+    code = EXIT_OK if snap.get("state") in want and not snap.get("pending") else EXIT_FAILED
+    line = None
+    if code:
+        line = f"vLLM is {snap.get('state')}" + (" (still pending)" if snap.get("pending") else "")
+        if wait_ready_s is not None and snap.get("state") not in final:
+            line += f" after {wait_ready_s:g} s"
+    return code, snap, line
+
+
+def _agent_action(action: str, wait: bool, timeout: str, socket: Path | None) -> int:
+    from conduit.daemon.client import AgentClient
+    from conduit.daemon.cmd_agent import parse_duration, vllm_lines
+
+    wait_s = parse_duration(timeout) if wait else None
+    with AgentClient(socket, timeout_s=45.0) as client:
+        code, snap, line = vllm_action(client, action, wait_ready_s=wait_s)
+    for text in vllm_lines(snap) if snap.get("state") else []:
+        (err if code else out).print(text, markup=False, soft_wrap=True)
+    if line:
+        err.print(f"error: {line}", markup=False, soft_wrap=True)
+    return code
+
+
+SocketOpt = typer.Option(None, "--socket", help="The agent's socket (default: $XDG_RUNTIME_DIR/conduit/agent.sock).")
+WaitOpt = typer.Option(False, "--wait", help="Wait until vLLM is ready (exit 1 if it fails or --timeout passes).")
+TimeoutOpt = typer.Option("10m", "--timeout", help="With --wait: give up after this long (90s, 10m).")
+
+
+@vllm_app.command("start")
+def start_cmd(wait: bool = WaitOpt, timeout: str = TimeoutOpt, socket: Path = SocketOpt) -> int:
+    """Ask the agent to launch vLLM (after a stop or a failure). Exit 0 launched, 1 refused/failed, 2 no agent."""
+    return _agent_action("start", wait, timeout, socket)
+
+
+@vllm_app.command("stop")
+def stop_cmd(socket: Path = SocketOpt) -> int:
+    """Ask the agent to stop vLLM: SIGTERM to its process group, grace, SIGKILL, checked gone. It stays
+    stopped until `conduit vllm start` (or an agent restart). Exit 0 stopped, 1 not stopped, 2 no agent."""
+    return _agent_action("stop", False, "0", socket)
+
+
+@vllm_app.command("restart")
+def restart_cmd(wait: bool = WaitOpt, timeout: str = TimeoutOpt, socket: Path = SocketOpt) -> int:
+    """Ask the agent to stop vLLM and launch it again. Exit 0 launched, 1 refused/failed, 2 no agent."""
+    return _agent_action("restart", wait, timeout, socket)

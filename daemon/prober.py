@@ -449,7 +449,6 @@ def targets_from_profile(path: str | None = None) -> tuple[list[ProbeTarget], di
     """
     try:
         from conduit.daemon.profile import load_profile
-        from conduit.daemon.resolve import resolve_channel
     except ImportError as exc:  # pragma: no cover - only before the profile modules exist
         return [], {}, f"profile support missing: {exc}"
     try:
@@ -458,15 +457,26 @@ def targets_from_profile(path: str | None = None) -> tuple[list[ProbeTarget], di
         return [], {}, str(exc)
     except OSError as exc:
         return [], {}, f"cannot read the profile: {exc}"
+    targets, problems = targets_for(profile)
+    return targets, problems, None
+
+
+def targets_for(profile: Any) -> tuple[list[ProbeTarget], dict[str, str]]:
+    """Probe targets of an already loaded profile (a ``LoadedProfile``), one per channel x protocol,
+    including the implicit ``local`` channel of a ``[vllm]`` table. Returns ``(targets, problems)`` as
+    ``targets_from_profile`` does. Never raises."""
+    from conduit.daemon.resolve import Resolver
+
+    resolver = Resolver(profile)
     targets: list[ProbeTarget] = []
     problems: dict[str, str] = {}
     for name in profile.channels:
         try:
-            rc = resolve_channel(profile, name)
+            rc = resolver.channel(name)
         except ConduitError as exc:
             problems[name] = str(exc)
             continue
         for protocol, root in rc.roots.items():
             targets.append(ProbeTarget(channel=name, protocol=protocol, root=root, key=rc.key,  # type: ignore[arg-type]
                                        auth=rc.auth, timeout_s=rc.timeout_s))
-    return targets, problems, None
+    return targets, problems

@@ -19,6 +19,15 @@ Shape (DESIGN.md, "The minimal profile"; every version of conduit accepts that f
     [tools.cline]
     # enabled = false; channel = "..."; model = "..."; small_model = "..."; plus the tool's own options
 
+    [vllm]                               # optional: a local vLLM the agent supervises (docs/vllm.md)
+    model = "/models/qwen2.5-7b-instruct"
+
+A ``[vllm]`` table is validated into ``conduit.daemon.vllm_settings.VllmSettings`` at load time (exposed as
+``LoadedProfile.vllm``) and gives the profile an implicit channel ``local``: base URL ``http://host:port`` of
+that server, both protocols (vLLM serves ``/v1/chat/completions`` and ``/v1/messages``), key = ``[vllm].api_key``
+(a key source table, or the literal vLLM was given) or none. A ``[channels.local]`` written by the person wins
+over the implicit one. With ``[vllm]`` the ``[channels]`` tables may be left out altogether.
+
 The file is read with tomlkit (so ``conduit use`` can edit it keeping comments and layout) and validated with
 pydantic. Every problem becomes a ``ProfileError`` naming the file, the line where it can be found, the key path
 and the fix; unknown keys get a "did you mean" hint.
@@ -30,7 +39,7 @@ import difflib
 import os
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -45,6 +54,7 @@ from conduit.adapters.registry import ADAPTERS
 from conduit.daemon import paths
 from conduit.daemon.keys import KeySource, key_source_from
 from conduit.daemon.normalize import describe_chars, normalize_base_url
+from conduit.daemon.vllm_settings import VllmSettings
 
 ProtocolName = Literal["openai", "anthropic", "gemini"]
 
@@ -129,6 +139,9 @@ class Profile(BaseModel):
 
 COMMON_TOOL_KEYS = ("enabled", "channel", "model", "small_model")
 
+#: The channel a ``[vllm]`` table defines unless the profile has its own ``[channels.local]``.
+LOCAL_CHANNEL = "local"
+
 
 @dataclass
 class LoadedProfile:
@@ -140,6 +153,11 @@ class LoadedProfile:
         text: the file's text (for line lookups and tomlkit edits).
         roots: ``{channel: {protocol: Root}}`` normalized once at load time.
         notices: what normalization changed in what the person typed, each said once, in words.
+        vllm: the validated ``[vllm]`` table, or None without one. When ``[vllm].api_key`` is a key source
+            table, ``vllm.api_key`` is None here and the source is in ``vllm_key`` (read it with
+            ``conduit.daemon.resolve.vllm_settings``, which returns the settings with the key filled in).
+        vllm_key: the key source of ``[vllm].api_key`` when it is a table (``{ secret = "vllm" }``), else None.
+        implicit_channels: channels conduit added to ``model.channels`` (``("local",)`` from ``[vllm]``).
     """
 
     model: Profile
@@ -147,6 +165,9 @@ class LoadedProfile:
     text: str
     roots: dict[str, dict[str, Root]] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    vllm: VllmSettings | None = None
+    vllm_key: KeySource | None = None
+    implicit_channels: tuple[str, ...] = ()
 
     @property
     def channels(self) -> dict[str, Channel]:
@@ -195,11 +216,14 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
     except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:  # e.g. a table defined twice
         raise ProfileError(f"{path}: not valid TOML: {exc}",
                            "fix the file; the tools were left as they are") from None
+    if isinstance(data.get("vllm"), Mapping) and "channels" not in data:
+        data["channels"] = {}  # a profile for a local vLLM alone needs no [channels] (it has `local`)
     try:
         model = Profile.model_validate(data)
     except ValidationError as exc:
         raise _profile_error(exc, path, text, data) from None
     loaded = LoadedProfile(model=model, path=path, text=text)
+    _load_vllm(loaded)
     _check_references(loaded)
     _normalize_roots(loaded)
     return loaded
@@ -281,14 +305,61 @@ def _type_hint(loc: Sequence[Any]) -> str | None:
     return None
 
 
+def _load_vllm(loaded: LoadedProfile) -> None:
+    """Validate ``[vllm]`` into ``loaded.vllm`` and add the implicit ``local`` channel (see the module doc).
+
+    Raises:
+        ProfileError: ``path:line: `vllm.<key>`: ...`` for the first bad key (unknown keys first, with a
+            "did you mean"); a key written as itself is accepted only in ``api_key`` (vLLM needs it).
+    """
+    table = loaded.model.vllm
+    if table is None:
+        return
+    table = dict(table)
+    api_key = table.get("api_key")
+    if isinstance(api_key, Mapping):
+        loaded.vllm_key = key_source_from(api_key, where=f"{loaded.where('vllm', 'api_key')}: vllm.api_key")
+        del table["api_key"]
+    try:
+        loaded.vllm = VllmSettings.model_validate(table)
+    except ValidationError as exc:
+        raise _vllm_error(exc, loaded) from None
+    if LOCAL_CHANNEL not in loaded.model.channels:
+        loaded.model.channels[LOCAL_CHANNEL] = Channel(
+            base_url=loaded.vllm.base_url, protocols=["openai", "anthropic"], key=loaded.vllm_key,
+            models=[loaded.vllm.name],
+        )
+        loaded.implicit_channels = (LOCAL_CHANNEL,)
+
+
+def _vllm_error(exc: ValidationError, loaded: LoadedProfile) -> ProfileError:
+    """pydantic's first error in ``[vllm]`` as one sentence with file, line, key path and a fix."""
+    from conduit.daemon.vllm_settings import RestartPolicy, Speculative
+
+    err = sorted(exc.errors(include_input=False), key=lambda e: e["type"] != "extra_forbidden")[0]
+    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
+    keys = ("vllm", *loc)
+    where = loaded.where(*keys)
+    keypath = ".".join(str(k) for k in keys)
+    if err["type"] == "extra_forbidden":
+        model: type[BaseModel] = {"restart": RestartPolicy, "speculative": Speculative}.get(
+            str(loc[0]) if len(loc) > 1 else "", VllmSettings)
+        return ProfileError(f"{where}: unknown key `{keypath}`", _did_you_mean(str(loc[-1]), model.model_fields))
+    if err["type"] == "missing":
+        return ProfileError(f"{where}: `{keypath}` is required",
+                            'a [vllm] table needs at least model = "/path/to/model" (or a hub name)')
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return ProfileError(f"{where}: `{keypath}`: {msg}", "see the [vllm] keys in docs/vllm.md")
+
+
 def _check_references(loaded: LoadedProfile) -> None:
     """Cross-key checks pydantic cannot express: names that must exist, protocols that must match."""
     prof = loaded.model
     if prof.channel not in prof.channels:
-        raise ProfileError(
-            f"{loaded.where('channel')}: channel `{prof.channel}` is not defined",
-            _channel_hint(prof.channel, prof.channels),
-        )
+        hint = _channel_hint(prof.channel, prof.channels)
+        if prof.channel == LOCAL_CHANNEL:
+            hint = "the `local` channel comes from a [vllm] table (or write [channels.local] yourself); " + hint
+        raise ProfileError(f"{loaded.where('channel')}: channel `{prof.channel}` is not defined", hint)
     for name, tool in prof.tools.items():
         adapter = ADAPTERS.get(name)
         if adapter is None:

@@ -1,6 +1,9 @@
 """From a validated profile to what each adapter receives: the channel's roots, its cleaned key, the model.
 
 Key sources may run commands (``pass show ...``), so each channel's key is read once per ``Resolver``.
+
+The implicit ``local`` channel of a ``[vllm]`` table (``conduit.daemon.profile``) resolves like any other; when
+``[vllm].api_key`` is written as the key itself (not a key source), that value is the channel's key.
 """
 
 from __future__ import annotations
@@ -8,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pydantic import SecretStr
+
 from conduit.adapters.base import AuthStyle, Root, ToolSettings
 from conduit.adapters.errors import KeyError_
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.keys import read_key
 from conduit.daemon.profile import LoadedProfile
+from conduit.daemon.vllm_settings import VllmSettings
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class Resolver:
         if ch.key is not None:
             cleaned = read_key(ch.key, environ=self.environ)
             key, notices = cleaned.key, tuple(f"channels.{name}.key: {n}" for n in cleaned.notices)
+        elif name in self.profile.implicit_channels and self.profile.vllm and self.profile.vllm.api_key:
+            key = self.profile.vllm.api_key.get_secret_value()  # as vLLM was given it (VLLM_API_KEY)
         return ResolvedChannel(name=name, roots=self.profile.roots[name], key=key, auth=ch.auth,
                                timeout_s=ch.timeout, notices=notices)
 
@@ -98,3 +106,17 @@ class Resolver:
 def resolve_channel(profile: LoadedProfile, name: str, *, environ: Mapping[str, str] | None = None) -> ResolvedChannel:
     """Resolve one channel (convenience for the agent's prober and ``conduit bench``). Raises KeyError_."""
     return Resolver(profile, environ).channel(name)
+
+
+def vllm_settings(profile: LoadedProfile, *, environ: Mapping[str, str] | None = None) -> VllmSettings | None:
+    """The profile's ``[vllm]`` settings ready to launch with: ``api_key`` read from its key source when
+    ``[vllm].api_key`` is one (``{ secret = "vllm" }``). None when the profile has no ``[vllm]`` table.
+
+    Raises:
+        KeyError_: the key source cannot be read (names the source, never the key).
+    """
+    settings = profile.vllm
+    if settings is None or profile.vllm_key is None:
+        return settings
+    cleaned = read_key(profile.vllm_key, environ=environ)
+    return settings.model_copy(update={"api_key": SecretStr(cleaned.key)})

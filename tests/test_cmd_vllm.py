@@ -85,7 +85,8 @@ def test_run_without_vllm_table_is_a_clear_error(temp_home: Path) -> None:
     assert r.returncode == 1 and "no [vllm] table" in r.stderr
     write_profile(temp_home, '[vllm]\nmodel = "m"\nmax_model_length = 5\n')
     r = subprocess.run([*CONDUIT, "vllm", "run"], capture_output=True, text=True, env=env, timeout=30)
-    assert r.returncode == 1 and "[vllm].max_model_length: unknown key" in r.stderr
+    assert r.returncode == 1 and "profile.toml:11: unknown key `vllm.max_model_length`" in r.stderr
+    assert "did you mean `max_model_len`?" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_tail_text(tmp_path: Path) -> None:
