@@ -85,6 +85,7 @@ from conduit.daemon.gpu import (
     report_json,
 )
 from conduit.daemon.prober import Prober, ProbeTarget
+from conduit.daemon.sdnotify import sd_notify
 
 if TYPE_CHECKING:
     from conduit.daemon.supervisor import Supervisor
@@ -188,9 +189,14 @@ class ClaimedSocket:
     path: Path
     lock_fd: int
     inode: int
+    released: bool = False
 
     def release(self) -> None:
-        """Close the socket, unlink it if it is still ours, and drop the lock."""
+        """Close the socket, unlink it if it is still ours, and drop the lock. Idempotent: a second call must
+        not close an unrelated file descriptor that reused the lock's number."""
+        if self.released:
+            return
+        self.released = True
         with contextlib.suppress(OSError):
             self.sock.close()
         with contextlib.suppress(OSError):
@@ -218,11 +224,20 @@ def claim_socket(path: Path) -> ClaimedSocket:
     except OSError as exc:
         raise ConduitError(f"cannot create the agent's directory {d}: {exc.strerror}",
                            hint="check XDG_RUNTIME_DIR or pass --socket PATH") from exc
-    st = d.stat()
-    if st.st_uid == os.getuid() and (created or d == paths.runtime_dir()) and stat.S_IMODE(st.st_mode) != 0o700:
+    st = os.lstat(d)
+    if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+        # Someone else made the directory first (the /tmp fallback is guessable): they could swap the socket.
+        raise ConduitError(f"the agent's directory {d} is not a directory owned by you (uid {st.st_uid})",
+                           hint="remove it, or set XDG_RUNTIME_DIR / pass --socket PATH in a directory of yours")
+    if (created or d == paths.runtime_dir()) and stat.S_IMODE(st.st_mode) != 0o700:
         os.chmod(d, 0o700)
     lock_path = path.with_name(path.name + ".lock")
-    lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        # O_NOFOLLOW: a planted symlink must not make the agent truncate some other file.
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise ConduitError(f"cannot open the agent's lock {lock_path}: {exc.strerror}",
+                           hint="remove it if it is a symlink or not yours, then start the agent again") from None
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -649,8 +664,10 @@ class Agent:
                 pending = True
         else:
             pending = not task.done()
-        return _json({"name": name, "pending": pending, **self.prober.snapshot()[name]},
-                     status=202 if pending else 200)
+        snapshot = self.prober.snapshot().get(name)
+        if snapshot is None:  # the profile dropped the channel while its probe ran
+            return _error(404, "unknown_channel", f"channel {name!r} was removed from the profile while probing")
+        return _json({"name": name, "pending": pending, **snapshot}, status=202 if pending else 200)
 
     async def _h_vllm(self, request: web.Request) -> web.Response:
         action = request.match_info["action"]
@@ -683,9 +700,11 @@ class Agent:
         await self._reload_profile(force=True)
         self.start_loops()
         log.info("conduit agent listening on %s (pid %d)", self.socket_path, os.getpid())
+        sd_notify("READY=1")  # conduit-agent.service is Type=notify
         try:
             await stop.wait()
         finally:
+            sd_notify("STOPPING=1")
             await self.stop_loops()
             await runner.cleanup()
             claimed.release()

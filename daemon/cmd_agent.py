@@ -174,6 +174,7 @@ def wait_until(cond: Conditions, timeout_s: float, fetch: Callable[[], dict[str,
 def render_status(status: dict[str, Any], file: Any = None) -> None:
     """Print ``status`` (a ``/v1/status`` body) as rich tables: channels, GPUs (free/total bars), vLLM, tools."""
     from rich.console import Console
+    from rich.markup import escape as esc
     from rich.table import Table
 
     console = Console(file=file)
@@ -188,13 +189,14 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         for proto, p in ch.get("protocols", {}).items():
             lat = p.get("latency_ms", {})
             colour = "green" if p.get("verdict") == "ok" else "yellow" if p.get("verdict") == "pending" else "red"
-            t.add_row(name, proto, f"[{colour}]{p.get('verdict')}[/]", _num(lat.get("last")), _num(lat.get("p50")),
-                      _num(lat.get("p95")), str(p.get("consecutive_failures", "")),
-                      (p.get("message") or "") + (f" (hint: {p['hint']})" if p.get("hint") else ""))
+            # Channel names, messages and hints come from the profile and gateways: printed as text, never markup.
+            t.add_row(esc(name), proto, f"[{colour}]{p.get('verdict')}[/]", _num(lat.get("last")),
+                      _num(lat.get("p50")), _num(lat.get("p95")), str(p.get("consecutive_failures", "")),
+                      esc((p.get("message") or "") + (f" (hint: {p['hint']})" if p.get("hint") else "")))
     if t.row_count:
         console.print(t)
     else:
-        console.print(f"channels: none ({status.get('note') or 'the profile has no channels'})")
+        console.print(f"channels: none ({status.get('note') or 'the profile has no channels'})", markup=False)
 
     gpus = status.get("gpus") or {}
     g = Table(title="GPUs", title_justify="left")
@@ -206,12 +208,12 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         win = gpu.get("window") or {}
         procs = ", ".join(f"{p['pid']}{' (vLLM)' if p.get('vllm') else ''}: {fmt_bytes(p.get('used_bytes'))}"
                           for p in gpu.get("processes", []))
-        g.add_row(str(gpu.get("index")), str(gpu.get("name")), f"{fmt_bytes(free)} / {fmt_bytes(total)}", bar,
+        g.add_row(str(gpu.get("index")), esc(str(gpu.get("name"))), f"{fmt_bytes(free)} / {fmt_bytes(total)}", bar,
                   _num(gpu.get("utilization_gpu_pct"), "%"), fmt_bytes(win.get("min_free_bytes")), procs)
     if g.row_count:
         console.print(g)
     else:
-        console.print(f"GPUs: none ({gpus.get('reason') or 'none reported'})")
+        console.print(f"GPUs: none ({gpus.get('reason') or 'none reported'})", markup=False)
 
     host = status.get("host") or {}
     if "total_bytes" in host:
@@ -220,7 +222,7 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         console.print(line, markup=False, soft_wrap=True, highlight=False)
     tools = status.get("tools") or {}
     names = ", ".join(f"{k}: {v.get('state', v) if isinstance(v, dict) else v}" for k, v in (tools.get("tools") or {}).items())
-    console.print(f"tools: {names or tools.get('note') or '(none)'}")
+    console.print(f"tools: {names or tools.get('note') or '(none)'}", markup=False)
 
 
 def vllm_lines(vllm: dict[str, Any]) -> list[str]:

@@ -103,3 +103,17 @@ def test_key_like_secret_names(temp_home: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "set", "key-prod"], input="sk-test-abc\n",
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_status_prints_bracketed_text_as_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setenv("COLUMNS", "250")
+    from conduit.daemon.cmd_agent import render_status
+
+    buf = io.StringIO()
+    render_status({"agent": {"state": "running"}, "channels": {"tao[/x]": {"protocols": {"openai": {
+        "verdict": "config", "message": "command `pass show work/[/]tao` failed", "latency_ms": {}}}}},
+        "gpus": {"gpus": [], "reason": "no [bold]GPU"}, "vllm": {"state": "not_configured"}}, file=buf)
+    out = buf.getvalue()
+    assert "tao[/x]" in out and "work/[/]tao" in out and "no [bold]GPU" in out

@@ -16,7 +16,7 @@ from daemonproc import Daemon, read_state
 from toolfiles import claude_settings, write_profile
 
 from conduit.daemon.cmd_daemon import UNITS, install_units, render_unit
-from conduit.daemon.syncd import sd_notify
+from conduit.daemon.sdnotify import sd_notify
 
 REPO = Path(__file__).resolve().parents[1]
 ANALYZE = shutil.which("systemd-analyze")
@@ -83,6 +83,47 @@ def test_ready_reaches_the_notify_socket_after_the_first_sync(temp_home: Path, t
         d.notify.wait_for("STOPPING=1")
     finally:
         assert d.stop() == 0
+
+
+def test_agent_sends_ready_to_the_notify_socket(temp_home: Path) -> None:
+    """conduit-agent.service is Type=notify too: without READY=1 systemd would restart it in a loop."""
+    from agentproc import AgentProc, short_dir
+
+    d = short_dir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(d / "notify"))
+    listener.settimeout(30)
+    try:
+        with AgentProc(temp_home, env={"NOTIFY_SOCKET": str(d / "notify")}) as agent:
+            assert listener.recv(100) == b"READY=1"
+            assert agent.proc is not None
+            agent.proc.send_signal(signal.SIGTERM)
+            assert listener.recv(100) == b"STOPPING=1"
+    finally:
+        listener.close()
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_agent_refuses_a_runtime_directory_it_does_not_own(temp_home: Path) -> None:
+    from agentproc import conduit_exe, short_dir
+
+    d = short_dir()
+    try:
+        run = d / "run"
+        run.mkdir(mode=0o777)
+        os.chown(run, 65534, 65534)
+        victim = d / "victim.txt"
+        victim.write_text("precious\n")
+        r = subprocess.run([conduit_exe(), "agent", "--socket", str(run / "agent.sock")], capture_output=True,
+                           text=True, timeout=30, env=dict(os.environ, HOME=str(temp_home)))
+        assert r.returncode == 1 and "not a directory owned by you" in r.stderr, r.stderr
+        assert victim.read_text() == "precious\n"
+    finally:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_sd_notify_abstract_socket_and_unset() -> None:
