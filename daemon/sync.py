@@ -67,6 +67,7 @@ def sync(
     env: Env | None = None,
     backups: BackupStore | None = None,
     environ: Mapping[str, str] | None = None,
+    resolver: Resolver | None = None,
 ) -> SyncReport:
     """Bring every enabled tool (or only ``tools``) in line with ``profile``.
 
@@ -77,6 +78,8 @@ def sync(
         env: where tools' files are found (HOME, CLAUDE_CONFIG_DIR, ...); default: this process.
         backups: where backups go; default: the state directory.
         environ: environment for ``env`` key sources; default: this process.
+        resolver: reuse the keys another sync of the same profile already read (a ``command`` source such as
+            ``op read`` may prompt to unlock on every run); default: read them now.
     Raises:
         ConduitError: a name in ``tools`` that is not in the profile.
     """
@@ -88,7 +91,7 @@ def sync(
             raise BadArguments(f"tool `{name}` is not in {profile.path}", f"tools in the profile: {known}; "
                                f"add a [tools.{name}] table to sync it" if name in ADAPTERS else
                                f"known tools: {', '.join(ADAPTERS)}")
-    resolver = Resolver(profile, environ)
+    resolver = resolver if resolver is not None and resolver.profile is profile else Resolver(profile, environ)
     secrets = _known_secrets(resolver, wanted)
     writer = Writer(backups or BackupStore(paths.backups_dir()), dry_run=dry_run, secrets=secrets)
     reports = [_sync_tool(name, resolver, writer, env) for name in wanted]

@@ -284,6 +284,7 @@ class SyncDaemon:
         self.state: dict[str, Any] = empty_state()
         self.tracks: dict[str, _ToolTrack] = {}
         self.keys: dict[str, str | None] = {}
+        self.resolver: Resolver | None = None
         self.key_files: set[Path] = set()
         self.ready = threading.Event()
         self.syncs = 0
@@ -429,7 +430,7 @@ class SyncDaemon:
 
     def _read_keys(self, profile: LoadedProfile) -> dict[str, str | None]:
         """Every channel's current key (None when it has none or its source fails), and teach the masker."""
-        resolver = Resolver(profile)
+        resolver = self.resolver = Resolver(profile)  # reused by the drift checks until the next full sync
         keys: dict[str, str | None] = {}
         chans = self.state.setdefault("channels", {})
         for name in profile.model.channels:
@@ -458,7 +459,7 @@ class SyncDaemon:
         assert self.profile is not None
         keys = self._read_keys(self.profile)
         rotated = [old for ch, old in self.keys.items() if old and keys.get(ch) and keys[ch] != old]
-        report = sync(self.profile, env=self.env, backups=self._backups_for(rotated))
+        report = sync(self.profile, env=self.env, backups=self._backups_for(rotated), resolver=self.resolver)
         self.keys = keys
         if rotated:
             from conduit.daemon.rotate import scrub_backups
@@ -538,12 +539,13 @@ class SyncDaemon:
         tools_state = self.state.setdefault("tools", {})
         errored = [t for t in suspects if (tools_state.get(t) or {}).get("status") in ("error", "not_found")]
         if errored:  # the file was broken or missing; a change may have fixed it: a real sync, not drift
-            self._record(sync(self.profile, tools=errored, env=self.env, backups=self.options.backups), "tool file")
+            self._record(sync(self.profile, tools=errored, env=self.env, backups=self.options.backups,
+                              resolver=self.resolver), "tool file")
             self._rewatch()
         checks = [t for t in suspects if t not in errored and t in self.profile.model.tools]
         if not checks:
             return
-        dry = sync(self.profile, tools=checks, env=self.env, dry_run=True)
+        dry = sync(self.profile, tools=checks, env=self.env, dry_run=True, resolver=self.resolver)
         policy = self.profile.model.on_drift
         for tr in dry.tools:
             entry = tools_state.setdefault(tr.tool, {"drift": None, "restart_needed": False})

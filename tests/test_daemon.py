@@ -289,3 +289,21 @@ def test_second_daemon_refuses_and_sigterm_exits_cleanly(daemon: Daemon, temp_ho
     other.stop()
     assert daemon.stop() == 0
     assert "Traceback" not in daemon.log()
+
+
+def test_command_key_source_runs_once_per_full_sync(daemon: Daemon, tools: Path, temp_home: Path) -> None:
+    """`op read` / `pass show` may prompt to unlock: drift checks reuse the keys of the last full sync."""
+    calls = temp_home / "calls"
+    tools.write_text(tools.read_text().replace(
+        'key = { file = "~/.config/conduit/keys/gw" }',
+        f'key = {{ command = "echo call >> {calls}; echo sk-test-command-0123456789" }}'))
+    daemon.start()
+    assert calls.read_text().count("call") == 1
+    settings = temp_home / ".claude" / "settings.json"
+    doc = json.loads(settings.read_text())
+    doc["hooks"]["Stop"] = [{"hooks": [{"type": "command", "command": "true"}]}]  # not an owned key
+    settings.write_text(json.dumps(doc, indent=2) + "\n")
+    time.sleep(1.0)  # let the tool-file event be handled on its own (not merged into the next sync)
+    set_model(tools, "m-after")  # a full sync, queued after the tool-file event
+    wait_for(lambda: models(temp_home) == ("m-after",) * 3, what="the model change in every tool")
+    assert calls.read_text().count("call") == 2  # start + the profile change; none for the drift check
