@@ -241,8 +241,16 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    """Write conduit's own file ``path`` atomically (temp, fsync, replace, fsync dir). Raises OSError."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write one of conduit's own files atomically: a temp file in the same directory created with ``mode``
+    (whatever the umask), written, fsynced, renamed over ``path``, then the directory fsynced. A symlink at
+    ``path`` is written through (its target is replaced). Readers see the old bytes or the new ones, never a
+    mix; a crash leaves at most a ``.conduit-tmp-`` file, which the next write removes.
+
+    Raises:
+        OSError: the directory cannot be written; ``path`` is unchanged.
+    """
+    path = Path(os.path.realpath(path))
     tmp = _new_tmp(path.parent, path.name)
     done = False
     try:
@@ -379,7 +387,7 @@ class BackupStore:
 
     @staticmethod
     def _store(directory: Path, index: dict[str, Any]) -> None:
-        _atomic_write(directory / _INDEX, (json.dumps(index, indent=2) + "\n").encode(), 0o600)
+        atomic_write(directory / _INDEX, (json.dumps(index, indent=2) + "\n").encode(), 0o600)
 
     def _entry(self, tool: str, directory: Path, raw: dict[str, Any]) -> Backup:
         return Backup(
@@ -466,7 +474,7 @@ class BackupStore:
             kind="text",
             mode=mode,
             batch=batch,
-            fill=lambda dest: _atomic_write(dest, data, 0o600),
+            fill=lambda dest: atomic_write(dest, data, 0o600),
         )
 
     def snapshot_sqlite(self, tool: str, db: Path, *, timeout_s: float = 5.0) -> Path:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from tomlkit.exceptions import ParseError, TOMLKitError
 
 from conduit.adapters.errors import KeyError_, ProfileError, fingerprint
+from conduit.adapters.writer import atomic_write
 from conduit.daemon import paths
 from conduit.daemon.normalize import CleanKey, clean_key
 
@@ -504,30 +505,9 @@ class SecretsStore:
             os.close(fd)
 
     def _write(self, doc: tomlkit.TOMLDocument) -> None:
-        target = self.path.resolve() if self.path.is_symlink() else self.path
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        data = tomlkit.dumps(doc).encode("utf-8")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            atomic_write(self.path, tomlkit.dumps(doc).encode("utf-8"), 0o600)
         except OSError as exc:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
             raise KeyError_(
                 f"cannot write secrets file {self.shown}: {exc.strerror or exc}",
                 hint="check the directory's permissions and free space; the old file is unchanged",

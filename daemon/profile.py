@@ -36,7 +36,6 @@ and the fix; unknown keys get a "did you mean" hint.
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,6 +50,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from conduit.adapters.base import Root
 from conduit.adapters.errors import BadArguments, ProfileError
 from conduit.adapters.registry import ADAPTERS
+from conduit.adapters.writer import atomic_write
 from conduit.daemon import paths
 from conduit.daemon.keys import KeySource, key_source_from
 from conduit.daemon.normalize import describe_chars, normalize_base_url
@@ -425,17 +425,9 @@ def save_profile(path: Path, text: str, *, validate: bool = True) -> LoadedProfi
     loaded = parse_profile(text, path) if validate else None
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    tmp = path.with_name(f".{path.name}.conduit-tmp-{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path.resolve() if path.is_symlink() else path)
+        atomic_write(path, text.encode("utf-8"), mode)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ProfileError(f"{path}: cannot write the profile: {exc.strerror}",
                            "check that the directory is writable; the old profile is unchanged") from None
     return loaded

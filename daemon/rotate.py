@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from conduit.adapters.errors import ConduitError, KeyError_, fingerprint
-from conduit.adapters.writer import Backup, BackupStore
+from conduit.adapters.writer import Backup, BackupStore, atomic_write
 from conduit.daemon import paths
 from conduit.daemon.keys import SecretsStore, read_key
 from conduit.daemon.normalize import clean_key
@@ -216,26 +216,10 @@ def check_key(profile: LoadedProfile, channel: str, key: str, *, timeout_s: floa
 
 
 def _write_key_file(path: Path, key: str) -> None:
-    real = Path(os.path.realpath(path))
-    real.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = real.with_name(f".{real.name}.conduit-tmp-{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, (key + "\n").encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, real)
-        dfd = os.open(real.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        Path(os.path.realpath(path)).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write(path, (key + "\n").encode("utf-8"), 0o600)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise KeyError_(f"cannot write the key file {path}: {exc.strerror or exc}",
                         "check the directory's permissions; the old key file is unchanged") from None
 

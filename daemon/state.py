@@ -30,12 +30,12 @@ Shape (``version`` 1)::
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from conduit.adapters.writer import atomic_write
 from conduit.daemon import paths
 
 STATE_VERSION = 1
@@ -73,25 +73,7 @@ def write_state(doc: dict[str, Any], path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     doc["updated_at"] = utc_now()
     data = (json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    atomic_write(path, data, 0o600)
     return path
 
 
