@@ -695,9 +695,10 @@ class Agent:
                                keepalive_timeout=self.config.idle_timeout_s,
                                max_line_size=8190, max_field_size=8190, max_headers=128, shutdown_timeout=2.0)
         await runner.setup()
+        # Read the profile before the first answer: a client that sees the agent up must see its channels.
+        await self._reload_profile(force=True)
         site = web.SockSite(runner, claimed.sock, backlog=1024)
         await site.start()
-        await self._reload_profile(force=True)
         self.start_loops()
         log.info("conduit agent listening on %s (pid %d)", self.socket_path, os.getpid())
         sd_notify("READY=1")  # conduit-agent.service is Type=notify

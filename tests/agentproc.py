@@ -108,7 +108,7 @@ class AgentProc:
             time.sleep(0.05)
         raise AssertionError(f"agent not ready in {timeout} s: {self.log.read_text()}")
 
-    def wait_for(self, path: str, pred: Any, timeout: float = 20.0) -> Any:
+    def wait_for(self, path: str, pred: Any, timeout: float = 60.0) -> Any:
         """Poll GET ``path`` until ``pred(body)`` is true; return the body."""
         deadline = time.monotonic() + timeout
         body = None

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from agentproc import AgentProc, conduit_exe
+from agentproc import AgentProc, conduit_exe, request
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
 KEY = "sk-local-0123456789abcdefghij"
@@ -228,7 +228,9 @@ def test_api_key_source_reaches_vllm_and_the_local_channel(temp_home: Path, lead
         os.utime(profile)  # the agent re-reads the profile (and its key sources) when the file changes
         snap = ready(agent, leaders)  # readiness needs /v1/models, which the fake answers only with the key
         assert KEY not in str(agent.get("/v1/status")[1])
-        agent.wait_for("/v1/channels", lambda b: b["channels"].get("local", {}).get("healthy"), timeout=20)
+        # the periodic probe may have run before the server was up: ask for one now
+        request(agent.sock, "POST", "/v1/channels/local/probe?wait=20", timeout=30)
+        agent.wait_for("/v1/channels", lambda b: b["channels"].get("local", {}).get("healthy"), timeout=60)
         r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5, trust_env=False)
         assert r.status_code == 401
         assert conduit(agent, "vllm", "stop").returncode == 0
