@@ -7,13 +7,18 @@ the profile never holds it.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import tomlkit
 
 from conduit.adapters.base import Env
+from conduit.adapters.cc_switch import CCSwitch
 from conduit.adapters.claude_code import ClaudeCode
 from conduit.adapters.cline import PROVIDER_ID, data_dir, detect_generations, providers_path
 from conduit.adapters.errors import BadArguments, ConduitError, KeyError_, ProfileError, fingerprint
@@ -52,6 +57,7 @@ def discover(env: Env) -> list[Found]:
         found.append(Found("claude_code", str(cenv["ANTHROPIC_BASE_URL"]), "anthropic",
                            cenv.get("ANTHROPIC_MODEL"),
                            cenv.get("ANTHROPIC_AUTH_TOKEN") or cenv.get("ANTHROPIC_API_KEY")))
+    found += _cc_switch_current(env)
     gens = detect_generations(env)
     if "C" in gens:
         pdoc, _ = read_json_quietly(providers_path(env))
@@ -65,6 +71,32 @@ def discover(env: Env) -> list[Found]:
             found.append(Found("cline", state["openAiBaseUrl"], "openai", state.get("actModeOpenAiModelId"),
                                secrets.get("openAiApiKey")))
     return found
+
+
+def _cc_switch_current(env: Env) -> list[Found]:
+    """CC Switch's current Claude provider (its settings.json layer wins over ``is_current``), read-only."""
+    d = CCSwitch.store_dir(env)
+    db = d / "cc-switch.db"
+    if not db.exists():
+        return []
+    layer2, _ = read_json_quietly(d / "settings.json")
+    current = layer2.get("currentProviderClaude")
+    try:
+        with sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=2) as conn:
+            row = conn.execute(
+                "SELECT settings_config FROM providers WHERE app_type = 'claude' AND (id = ? OR is_current) "
+                "ORDER BY id = ? DESC LIMIT 1", (current, current)).fetchone()
+        conn.close()
+        cfg = json.loads(row[0]) if row else {}
+    except (sqlite3.Error, json.JSONDecodeError):
+        return []
+    cenv: dict[str, Any] = {}
+    if isinstance(cfg, dict) and isinstance(cfg.get("env"), dict):
+        cenv = cfg["env"]
+    if not cenv.get("ANTHROPIC_BASE_URL"):
+        return []
+    return [Found("cc_switch", str(cenv["ANTHROPIC_BASE_URL"]), "anthropic", cenv.get("ANTHROPIC_MODEL"),
+                  cenv.get("ANTHROPIC_AUTH_TOKEN") or cenv.get("ANTHROPIC_API_KEY"))]
 
 
 def propose(found: list[Found], secrets: SecretsStore | None, notes: list[str]) -> str:
@@ -107,8 +139,7 @@ def propose(found: list[Found], secrets: SecretsStore | None, notes: list[str]) 
     for name, c in channels.items():
         t = tomlkit.table()
         t.add("base_url", c["base_url"])
-        # Gateways usually speak both; a person can narrow this.
-        t.add("protocols", sorted(c["protocols"] | {"openai", "anthropic"}))
+        t.add("protocols", sorted(c["protocols"]))  # what the tools were seen using; add the other if it speaks it
         if c["key"]:
             t.add("key", tomlkit.inline_table())
             t["key"]["secret"] = c["key"]

@@ -161,3 +161,14 @@ def test_no_profile_says_run_init(temp_home: Path) -> None:
     r = conduit(temp_home, "sync")
     no_traceback(r)
     assert r.returncode == 1 and "conduit init" in r.stderr
+
+
+def test_init_proposes_from_cc_switch_current_provider(temp_home: Path) -> None:
+    cc_switch_db(temp_home)  # current provider: DeepSeek's Anthropic endpoint
+    r = conduit(temp_home, "init")
+    assert r.returncode == 0, r.stderr
+    text = (temp_home / ".config" / "conduit" / "profile.toml").read_text()
+    assert 'base_url = "https://api.deepseek.com/anthropic"' in text and 'model = "deepseek-chat"' in text
+    assert 'protocols = ["anthropic"]' in text and "[tools.cc_switch]" in text
+    assert "sk-deepseek" not in text + r.stdout
+    assert conduit(temp_home, "sync", "--dry-run").returncode == 0
