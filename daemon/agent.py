@@ -389,6 +389,7 @@ class Agent:
         self._profile_sig: tuple[Any, ...] | None = None
         self._resolved_at = -1e9
         self._probing: dict[str, asyncio.Task[Any]] = {}
+        self._last_vllm_state: str | None = None
         self._tools_sig: tuple[Any, ...] | None = None
         self.app = self._make_app()
 
@@ -436,11 +437,22 @@ class Agent:
             log.exception("vLLM slot pids() failed")
             return set()
 
+    def _probe_local_when_ready(self) -> None:
+        """When the supervised vLLM turns ready, probe the ``local`` channel now: its last periodic probe may
+        have found nothing listening, and `conduit wait --channel local` should not stall for a whole interval."""
+        state = (self.vllm.snapshot().get("state") if self.vllm is not None else None)
+        if state == "ready" and self._last_vllm_state != "ready" and "local" in self.prober.health:
+            task = asyncio.create_task(self.prober.probe_channel("local"))
+            self._tasks.append(task)
+            task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        self._last_vllm_state = state
+
     async def _gpu_loop(self) -> None:
         interval = self.config.gpu_interval_s
         while True:
             t0 = time.monotonic()
             try:
+                self._probe_local_when_ready()
                 report: GpuReport = await asyncio.to_thread(lambda: self.gpu_probe.sample(self._vllm_pids()))
                 self.gpu_history.add(report)
                 self._gpus_cache = report_json(report, self.gpu_history)
@@ -731,6 +743,8 @@ def run_agent(config: AgentConfig | None = None, vllm: VllmSlot | None = None) -
     config = config or AgentConfig()
     logging.basicConfig(level=os.environ.get("CONDUIT_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s conduit-agent %(levelname)s %(message)s")
+    # httpx logs every health/metrics poll at INFO (tens of thousands of lines a day): keep only its warnings.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     _raise_nofile_limit()
     agent = Agent(config, vllm=vllm)
     claimed = claim_socket(agent.socket_path)

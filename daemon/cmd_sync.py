@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import typer
@@ -39,7 +40,7 @@ def init(
 ) -> int:
     """Write a starter profile (or one proposed from the tools already configured)."""
     if print_only:
-        out.print(starter_text(template), markup=False)
+        sys.stdout.write(starter_text(template))  # verbatim: rich would wrap long lines and break the TOML
         return 0
     path = paths.profile_path(state.profile)
     text, notes = init_profile(path, template=template, force=force, discover_tools=not no_discover)

@@ -367,6 +367,11 @@ def find_saturation(points: Sequence[tuple[int, float]], min_growth: float = DEF
         return Saturation(min_growth, None, None, None,
                           "a saturation point needs at least two concurrency levels; run a sweep "
                           "(e.g. --concurrency 1,2,4,8,16,32,64).")
+    if sum(1 for _, t in pts if t > 0) < 2:
+        return Saturation(min_growth, None, None, None,
+                          "fewer than two levels delivered any tokens: no saturation point can be judged; fix "
+                          "the errors above first (e.g. a prompt longer than the model's max_model_len: lower "
+                          "--prompt-tokens).")
     for (c_prev, t_prev), (c, t) in zip(pts, pts[1:], strict=False):
         if t_prev <= 0:
             continue

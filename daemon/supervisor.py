@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import enum
 import json
+import logging
 import os
 import re
 import signal
@@ -63,6 +64,8 @@ from conduit.daemon.vllm_diagnose import (
 )
 from conduit.daemon.vllm_metrics import MetricsTracker
 from conduit.daemon.vllm_settings import VERSION_SNIPPET, Version, VllmSettings, parse_install
+
+log = logging.getLogger(__name__)
 
 
 class VllmState(enum.Enum):
@@ -542,6 +545,7 @@ class Supervisor:
                 f"vLLM supervisor: illegal transition {self.state.value} -> {new.value}",
                 "this is a bug in conduit; please report it with `conduit vllm logs`",
             )
+        log.info("vLLM %s -> %s", self.state.value, new.value)
         self.state = new
         self.since = time.time()
         self.history.append((new.value, self.since))

@@ -172,3 +172,13 @@ def test_init_proposes_from_cc_switch_current_provider(temp_home: Path) -> None:
     assert 'protocols = ["anthropic"]' in text and "[tools.cc_switch]" in text
     assert "sk-deepseek" not in text + r.stdout
     assert conduit(temp_home, "sync", "--dry-run").returncode == 0
+
+
+def test_init_print_is_verbatim_toml(temp_home: Path) -> None:
+    import tomllib
+
+    for template in ("hosted", "local-vllm", "both"):
+        r = subprocess.run([*CONDUIT, "init", "--print", "--template", template], capture_output=True, text=True,
+                           env=dict(os.environ, HOME=str(temp_home), COLUMNS="60"), timeout=60)
+        assert r.returncode == 0, r.stderr
+        tomllib.loads(r.stdout)  # no line wrapped by the terminal width
