@@ -63,11 +63,28 @@ def sync_cmd(
     """Rewrite every tool's config from the profile (merge, never clobber). Shows a diff per tool."""
     profile = load_profile(state.profile)
     report = sync(profile, tools=tool or None, dry_run=dry_run)
+    if not dry_run:
+        _record_without_daemon(report)
     if as_json:
         out.print_json(json.dumps(report_json(report, dry_run)))
     else:
         _print_sync(report, dry_run)
     return 0 if report.ok else 1
+
+
+def _record_without_daemon(report: SyncReport) -> None:
+    """Keep the state file (what `conduit status` and `doctor` read) current when no daemon owns it."""
+    from conduit.daemon.state import empty_state, read_state, record_report, write_state
+    from conduit.daemon.syncd import running_daemon_pid
+
+    if running_daemon_pid() is not None:
+        return  # the daemon keeps the state file; it sees these writes as its own tool-file events
+    doc = read_state() or empty_state()
+    record_report(doc, report, "conduit sync")
+    try:
+        write_state(doc)
+    except OSError:
+        pass  # the sync itself succeeded; a state directory that cannot be written is not worth failing it
 
 
 def report_json(report: SyncReport, dry_run: bool) -> dict[str, Any]:

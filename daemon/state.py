@@ -30,6 +30,7 @@ Shape (``version`` 1)::
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,3 +127,26 @@ def profile_error(doc: dict[str, Any] | None) -> str | None:
     """The profile error the daemon is holding (the last good profile stays in force), or None."""
     prof = (doc or {}).get("profile") or {}
     return prof.get("error") if not prof.get("ok", True) else None
+
+
+def record_report(doc: dict[str, Any], report: Any, trigger: str, *, mask: Callable[[str], str] = lambda s: s,
+                  drift_check: bool = False) -> None:
+    """Fold one ``SyncReport`` into the state document ``doc`` (in place): per tool its status, time, message
+    (masked), files and restart-needed flag; and ``last_sync``. Shared by the daemon and by a plain
+    `conduit sync` run while no daemon runs, so `conduit status` and `doctor` see either.
+    """
+    from conduit.adapters.registry import ADAPTERS
+
+    now = utc_now()
+    tools = doc.setdefault("tools", {})
+    for tr in report.tools:
+        entry = tools.setdefault(tr.tool, {"drift": None, "restart_needed": False})
+        entry.update({"status": tr.status, "last_sync_at": now, "message": mask(tr.message or "") or None,
+                      "files": [str(r.path) for r in tr.results]})
+        if tr.status == "changed":
+            entry["last_change_at"] = now
+            hint = ADAPTERS[tr.tool].restart_hint
+            entry["restart_needed"], entry["restart_hint"] = hint is not None, hint
+        if tr.status in ("changed", "unchanged") and not drift_check:
+            entry["drift"] = None
+    doc["last_sync"] = {"at": now, "trigger": trigger, "ok": report.ok}

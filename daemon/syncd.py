@@ -47,14 +47,13 @@ from typing import Any
 
 from conduit.adapters.base import Env
 from conduit.adapters.errors import ConduitError, fingerprint
-from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import BackupStore
 from conduit.daemon import paths
 from conduit.daemon.keys import KeySource
 from conduit.daemon.profile import LoadedProfile, load_profile
 from conduit.daemon.resolve import Resolver
 from conduit.daemon.sdnotify import sd_notify
-from conduit.daemon.state import empty_state, utc_now, write_state
+from conduit.daemon.state import empty_state, record_report, utc_now, write_state
 from conduit.daemon.sync import SyncReport, ToolReport, sync
 from conduit.daemon.watcher import Watcher
 
@@ -472,24 +471,14 @@ class SyncDaemon:
     def _record(self, report: SyncReport, trigger: str, *, drift_check: bool = False) -> None:
         """Log one line per tool, remember what conduit wrote (digests), update the state document."""
         self.syncs += 1
-        now = utc_now()
-        tools = self.state.setdefault("tools", {})
+        record_report(self.state, report, trigger, mask=self.masker.mask, drift_check=drift_check)
+        tools = self.state["tools"]
         for tr in report.tools:
-            entry = tools.setdefault(tr.tool, {"drift": None, "restart_needed": False})
             self._log_tool(tr, trigger)
-            entry.update({"status": tr.status, "last_sync_at": now, "message": self.masker.mask(tr.message or "")
-                          or None, "files": [str(r.path) for r in tr.results]})
-            if tr.status == "changed":
-                entry["last_change_at"] = now
-                hint = ADAPTERS[tr.tool].restart_hint
-                entry["restart_needed"], entry["restart_hint"] = hint is not None, hint
-            if tr.status in ("changed", "unchanged") and not drift_check:
-                entry["drift"] = None
             self._remember(tr)
         for gone in set(tools) - {t.tool for t in report.tools} - set(self.profile.model.tools if self.profile else ()):
             del tools[gone]
             self.tracks.pop(gone, None)
-        self.state["last_sync"] = {"at": now, "trigger": trigger, "ok": report.ok}
 
     def _remember(self, tr: ToolReport) -> None:
         track = self.tracks.setdefault(tr.tool, _ToolTrack())

@@ -28,7 +28,9 @@ def no_traceback(r: subprocess.CompletedProcess[str]) -> None:
 
 
 def snapshot(home: Path) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    """Every file under HOME but conduit's own state file (which records the failed sync, by design)."""
+    state = home / ".local" / "state" / "conduit" / "sync.json"
+    return {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and p != state}
 
 
 def test_init_key_set_sync_doctor_use_restore(temp_home: Path) -> None:
@@ -50,6 +52,10 @@ def test_init_key_set_sync_doctor_use_restore(temp_home: Path) -> None:
     assert r.returncode == 0, r.stderr
     env = json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]
     assert env["ANTHROPIC_BASE_URL"] == "https://taotoken.net/api" and env["ANTHROPIC_AUTH_TOKEN"] == "sk-test-0123456789abcd"
+    # without a daemon, a plain sync keeps the state file that `conduit status` and `doctor` read
+    state = json.loads((temp_home / ".local" / "state" / "conduit" / "sync.json").read_text())
+    assert state["tools"]["claude_code"]["status"] == "changed" and state["last_sync"]["trigger"] == "conduit sync"
+    assert "sk-test-0123456789abcd" not in json.dumps(state)
     r = conduit(temp_home, "doctor", "--json")
     no_traceback(r)
     rep = json.loads(r.stdout)
