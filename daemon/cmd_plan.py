@@ -153,6 +153,8 @@ def plan_command(
         "block_size": block_size, "enforce_eager": enforce_eager or None,
     }
     lengths = L.parse_lengths(requests) if requests is not None else None
+    if model is None and lengths is None:
+        model, settings = _from_profile(settings)
     result = run_plan(model, settings, lengths)
     if json_out:
         typer.echo(json.dumps(result, indent=2, default=str))
@@ -160,3 +162,22 @@ def plan_command(
         render(result, Console())
     if result["ledger"] and result["ledger"]["verdict"] == L.Verdict.DOES_NOT_FIT.value:
         raise typer.Exit(1)
+
+
+def _from_profile(flags: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """With no MODEL, plan the profile's ``[vllm]`` model with its settings, the command-line flags winning.
+    Without a profile or a ``[vllm]`` table, returns (None, flags) and run_plan says what to give."""
+    from conduit.adapters.errors import ConduitError
+    from conduit.daemon.cli import state
+    from conduit.daemon.profile import load_profile
+
+    try:
+        loaded = load_profile(state.profile)
+    except ConduitError:
+        return None, flags
+    if loaded.model.vllm is None:
+        return None, flags
+    merged = L.settings_from_vllm_section(loaded.model.vllm)
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    return str(loaded.model.vllm["model"]), merged
+

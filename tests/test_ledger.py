@@ -466,6 +466,20 @@ def test_cli_json_tiny_model(tmp_path: Path, temp_home: Path) -> None:
     assert out["fragmentation"]["blocks"] == [2, 1, 2]  # block 128 on CPU
 
 
+def test_cli_plans_the_profiles_vllm_model_without_arguments(tmp_path: Path, temp_home: Path) -> None:
+    d = write_model(tmp_path / "tiny", TINY)
+    cfg = temp_home / ".config" / "conduit"
+    cfg.mkdir(parents=True)
+    (cfg / "profile.toml").write_text(
+        f'version = 1\nchannel = "local"\nmodel = "tiny"\n[vllm]\nmodel = "{d}"\nserved_model_name = "tiny"\n'
+        'dtype = "float32"\nmax_model_len = 256\nextra_env = { VLLM_CPU_KVCACHE_SPACE = "1" }\n')
+    r = _conduit(temp_home, "plan", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ledger"]["kv_tokens"] == 1_048_576
+    r = _conduit(temp_home, "plan", "--max-model-len", "128", "--json")  # a flag wins over the profile
+    assert json.loads(r.stdout)["ledger"]["max_model_len"] == 128
+
+
 def test_cli_requests_alone_and_table(temp_home: Path) -> None:
     r = _conduit(temp_home, "plan", "--requests", "500,100,2000")
     assert r.returncode == 0, r.stderr
