@@ -256,8 +256,8 @@ def vllm_lines(vllm: dict[str, Any]) -> list[str]:
     m = vllm.get("metrics")
     if m and state in ("ready", "unhealthy"):
         live = [f"KV cache {_pct(m.get('kv_cache_usage_fraction'))}",
-                f"running {_num(m.get('requests_running'))}", f"waiting {_num(m.get('requests_waiting'))}",
-                f"preemptions {_num(m.get('preemptions_total'))}",
+                f"running {_count(m.get('requests_running'))}", f"waiting {_count(m.get('requests_waiting'))}",
+                f"preemptions {_count(m.get('preemptions_total'))}",
                 f"prefix-cache hits {_pct(m.get('prefix_cache_hit_rate'))}"]
         lines.append("  live: " + ", ".join(live))
         lat = []
@@ -268,11 +268,17 @@ def vllm_lines(vllm: dict[str, Any]) -> list[str]:
                            f"p95 {_num(h.get('p95_ms'))} ms")
         rates = (f"tokens/s prompt {_num(m.get('prompt_tokens_per_s'))}, "
                  f"generation {_num(m.get('generation_tokens_per_s'))} "
-                 f"(total {_num(m.get('prompt_tokens_total'))} / {_num(m.get('generation_tokens_total'))})")
+                 f"(total {_count(m.get('prompt_tokens_total'))} / {_count(m.get('generation_tokens_total'))})")
         lines.append("  " + "; ".join([*lat, rates]))
-    for w in (vllm.get("warnings") or [])[-5:]:
-        lines.append(f"  warning: {w}")
+    if state not in ("stopped", "stopping", "not_configured"):  # a stopped server's warnings are history
+        for w in (vllm.get("warnings") or [])[-5:]:
+            lines.append(f"  warning: {w}")
     return lines
+
+
+def _count(v: float | None) -> str:
+    """Prometheus exposes counters and gauges as floats; requests and tokens are whole numbers."""
+    return "-" if v is None else f"{int(v):,}"
 
 
 def _pct(v: float | None) -> str:
