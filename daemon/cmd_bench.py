@@ -168,9 +168,15 @@ def bench(
     sweep = _run_with_progress(cfg, err)
     out.print(render_table(sweep))
     out.print(f"percentiles: {lg.PERCENTILE_METHOD}; * = saturation level", markup=False, highlight=False)
+    too_long = False
     for lv in sweep.levels:
         for kind, detail in lv.error_examples.items():
             out.print(f"  concurrency {lv.concurrency}: {kind} e.g. {detail}", markup=False, highlight=False)
+            too_long = too_long or "maximum context length" in detail
+    if too_long:
+        # Synthetic prompts count words; a small or byte-level tokenizer makes several tokens of each.
+        out.print("hint: the prompt plus max_tokens is longer than the model's max_model_len: lower "
+                  "--prompt-tokens (the server's own count is the table's input tokens)", markup=False)
     sat = sweep.saturation
     if sat.recommended_max_num_seqs is not None:
         out.print(f"saturation at concurrency {sat.concurrency}: recommend max_num_seqs = "

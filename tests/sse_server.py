@@ -43,6 +43,7 @@ class Script:
     text: str = "tok"
     input_tokens: int = 11
     echo_auth: bool = False  # put the received auth headers into the failure body (key-leak tests)
+    fail_message: str = "scripted failure"
     hold_until: int = 0  # hold each request until this many are in flight at once (or hold_timeout_s)
     hold_timeout_s: float = 10.0
 
@@ -180,7 +181,7 @@ class ScriptedServer:
                        headers: dict[str, str]) -> bool:
         s = self.script
         if s.fail_status is not None:
-            message = "scripted failure"
+            message = s.fail_message
             if s.echo_auth:
                 message += f" for {headers.get('authorization', '')}{headers.get('x-api-key', '')}"
             payload = json.dumps({"error": {"message": message, "type": "server_error"}}).encode()

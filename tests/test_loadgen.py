@@ -473,6 +473,15 @@ def test_cli_anthropic_with_key_file(server: ScriptedServer, run_cli, tmp_path: 
     assert server.seen[0].headers["x-api-key"] == KEY
 
 
+def test_cli_hints_at_a_prompt_longer_than_the_context(server: ScriptedServer, run_cli) -> None:
+    server.script = Script(fail_status=400, fail_message="This model's maximum context length is 256 tokens. "
+                           "However, your prompt contains at least 257 input tokens")
+    rc, out, err = run_cli("--base-url", server.root + "/v1", "--model", "m", "--requests", "2",
+                           "--concurrency", "1,2")
+    assert rc == 1 and "lower --prompt-tokens" in out
+    assert "no saturation seen" not in out and "fewer than two levels delivered any tokens" in out
+
+
 def test_cli_channel_from_profile(server: ScriptedServer, run_cli, temp_home: Path) -> None:
     """--channel takes the base URL (rendered per protocol), the key and the model from the profile."""
     from toolfiles import write_profile
