@@ -24,6 +24,7 @@ import httpx
 import psutil
 import pytest
 from agentproc import AgentProc, conduit_exe, request
+from procs import group
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
 KEY = "sk-local-0123456789abcdefghij"
@@ -52,15 +53,6 @@ def write_profile(home: Path, vllm: str = "", *, channel: str = "local", model: 
     return p
 
 
-def group(pgid: int) -> set[int]:
-    out = set()
-    for p in psutil.process_iter(["status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
-                out.add(p.pid)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out
 
 
 def gone(pids: set[int], timeout: float = 10.0) -> bool:

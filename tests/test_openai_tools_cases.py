@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import openai
 import pytest
 import tomlkit
 import toolsamples
+from gateways import COMPLETION, RESPONSE, Gateway
 from ruamel.yaml import YAML
 from toolfiles import cline_gen_c, lifecycle, run_sync, write_profile
 
@@ -225,53 +224,12 @@ def test_not_installed_is_reported_not_created(temp_home: Path, tool: Tool, monk
 
 # ------------------------------------------------------------------------------------------ real clients
 
-RESPONSE = {"id": "resp_1", "object": "response", "created_at": 0, "status": "completed", "model": "m",
-            "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": "hi", "annotations": []}]}],
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
-COMPLETION = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-
-
-class Gateway:
-    """Loopback gateway serving ``/api/<version>/chat/completions`` and ``/api/<version>/responses`` only."""
-
-    def __init__(self, version: str) -> None:
-        self.requests: list[tuple[str, str | None]] = []
-        routes = {f"/api/{version}/chat/completions": COMPLETION, f"/api/{version}/responses": RESPONSE}
-        gw = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                gw.requests.append((self.path, self.headers.get("authorization")))
-                body = routes.get(self.path)
-                data = json.dumps(body or {"error": {"message": f"no route {self.path}"}}).encode()
-                self.send_response(200 if body else 404)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def gateway_factory() -> Iterator[Callable[[str], Gateway]]:
     made: list[Gateway] = []
 
     def make(version: str) -> Gateway:
-        made.append(Gateway(version))
+        made.append(Gateway({f"/api/{version}/chat/completions": COMPLETION, f"/api/{version}/responses": RESPONSE}))
         return made[-1]
 
     yield make
@@ -294,4 +252,4 @@ def test_real_openai_client_reaches_gateway(temp_home: Path, gateway_factory, to
         client.responses.create(model=wrote.model, input="x")
     else:
         client.chat.completions.create(model=wrote.model, messages=[{"role": "user", "content": "x"}])
-    assert gw.requests == [(f"/api/{version}/{wrote.endpoint}", "Bearer sk-test-abc")]
+    assert gw.requests == [("POST", f"/api/{version}/{wrote.endpoint}", "Bearer sk-test-abc")]

@@ -9,60 +9,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anthropic
 import openai
 import pytest
+from gateways import COMPLETION, MESSAGE, Gateway
 from toolfiles import cc_switch_db, cline_gen_b, cline_gen_c, run_sync, write_profile
-
-MESSAGE = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-           "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn", "stop_sequence": None,
-           "usage": {"input_tokens": 1, "output_tokens": 1}}
-COMPLETION = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-
-
-class Gateway:
-    """A loopback gateway that records (method, path, auth header) of every request."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, str | None]] = []
-        gw = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
-                auth = self.headers.get("authorization") or self.headers.get("x-api-key")
-                gw.requests.append(("POST", self.path, auth))
-                body = {"/api/v1/messages": MESSAGE, "/api/v1/chat/completions": COMPLETION}.get(self.path)
-                data = json.dumps(body or {"error": {"type": "not_found", "message": self.path}}).encode()
-                self.send_response(200 if body else 404)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
 def gateway() -> Iterator[Gateway]:
-    gw = Gateway()
+    gw = Gateway({"/api/v1/messages": MESSAGE, "/api/v1/chat/completions": COMPLETION})
     yield gw
     gw.close()
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from procs import alive, has_engine_and_worker, names
 
 from conduit.adapters.errors import ConduitError
 from conduit.daemon.supervisor import IllegalTransition, Supervisor, VllmState, group_members, kill_group
@@ -65,32 +66,10 @@ def run(body: Callable[[Supervisor], Awaitable[None]], s: VllmSettings, **kw: An
     return asyncio.run(main())
 
 
-def has_engine_and_worker(pids: set[int]) -> bool:
-    """EngineCore and a Worker among ``pids`` (psutil gives the kernel's 15-character name, or the full
-    title vLLM sets with setproctitle when the command line carries it)."""
-    ns = names(pids)
-    return any(n.startswith("VLLM::EngineCor") for n in ns) and any(n.startswith("VLLM::Worker") for n in ns)
 
 
-def names(pids: set[int]) -> set[str]:
-    out = set()
-    for p in pids:
-        try:
-            out.add(psutil.Process(p).name())
-        except psutil.Error:
-            pass
-    return out
 
 
-def alive(pids: set[int]) -> set[int]:
-    out = set()
-    for p in pids:
-        try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                out.add(p)
-        except psutil.Error:
-            pass
-    return out
 
 
 def states(sup: Supervisor) -> list[str]:

@@ -17,45 +17,20 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import tomlkit
 from agentproc import AgentProc, conduit_exe
+from procs import alive, group, names
 from toolfiles import claude_settings, cline_gen_b
 
 pytestmark = pytest.mark.vllm
 START_S = 450  # upper bound for one real vLLM start here
 
 
-def group(pgid: int) -> set[int]:
-    """Live processes of process group ``pgid`` (the API server's group: EngineCore and Worker are in it)."""
-    out = set()
-    for p in psutil.process_iter(["status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
-                out.add(p.pid)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out
 
 
-def alive(pids: set[int]) -> set[int]:
-    out = set()
-    for p in pids:
-        try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                out.add(p)
-        except psutil.Error:
-            pass
-    return out
 
 
-def names(pids: set[int]) -> set[str]:
-    out = set()
-    for p in pids:
-        with contextlib.suppress(psutil.Error):
-            out.add(psutil.Process(p).name())
-    return out
 
 
 def vllm_table(settings: Any, **overrides: Any) -> str:

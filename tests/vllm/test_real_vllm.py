@@ -16,8 +16,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from procs import alive, has_engine_and_worker, names
 
 from conduit.daemon.supervisor import Supervisor, VllmState
 
@@ -25,32 +25,10 @@ pytestmark = pytest.mark.vllm
 S = VllmState
 
 
-def alive(pids: set[int]) -> set[int]:
-    out = set()
-    for p in pids:
-        try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                out.add(p)
-        except psutil.Error:
-            pass
-    return out
 
 
-def has_engine_and_worker(pids: set[int]) -> bool:
-    """EngineCore and a Worker among ``pids`` (psutil gives the kernel's 15-character name, or the full
-    title vLLM sets with setproctitle when the command line carries it)."""
-    ns = names(pids)
-    return any(n.startswith("VLLM::EngineCor") for n in ns) and any(n.startswith("VLLM::Worker") for n in ns)
 
 
-def names(pids: set[int]) -> set[str]:
-    out = set()
-    for p in pids:
-        try:
-            out.add(psutil.Process(p).name())
-        except psutil.Error:
-            pass
-    return out
 
 
 @pytest.mark.timeout(1200)
