@@ -171,6 +171,10 @@ def test_a_notify_socket_nobody_reads_never_stalls_the_daemon(temp_home: Path, t
             from daemonproc import wait_for
 
             wait_for(all_at(temp_home, f"undrained-{i}"), what=f"save {i} with an undrained notify socket")
-        assert len(re.findall("sync claude_code: changed", d.log())) >= 26
+        # the log line follows the write it reports: wait for it rather than read the log at once
+        from daemonproc import wait_for
+
+        wait_for(lambda: len(re.findall("sync claude_code: changed", d.log())) >= 26,
+                 what="26 logged syncs (start + 25 saves)")
     finally:
         assert d.stop() == 0
