@@ -17,9 +17,18 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/conduit demo
 
+# The installed package maps `conduit.daemon` -> daemon/ and `conduit.adapters` -> adapters/ (pyproject's
+# package-dir). mypy and import-linter find modules by folder, so they read a link tree that has that shape:
+# build/typecheck/conduit/{kernel files, daemon -> ../../../daemon, adapters -> ../../../adapters}.
+TREE := build/typecheck
+
 lint: setup
 	$(BIN)/ruff check daemon adapters conduit tests bench
-	$(BIN)/mypy daemon adapters conduit
+	@rm -rf $(TREE) && mkdir -p $(TREE)/conduit
+	@for f in conduit/*; do ln -s ../../../$$f $(TREE)/conduit/; done
+	@ln -s ../../../daemon $(TREE)/conduit/daemon && ln -s ../../../adapters $(TREE)/conduit/adapters
+	cd $(TREE) && PYTHONPATH=. ../../$(BIN)/lint-imports --config ../../pyproject.toml
+	cd $(TREE) && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p conduit
 
 # Everything, including the real-vLLM tier (which builds or reuses its venv outside the repo).
 test: lint

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import Env, NotFound, Target, ToolSettings
-from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import parse_yaml, read_dotenv, tool_version, yaml_target
+from conduit.redact import fingerprint
 
 SECRETS = ("openai-api-key",)
 ENV_OVERRIDES = {"openai-api-base": "AIDER_OPENAI_API_BASE", "model": "AIDER_MODEL",

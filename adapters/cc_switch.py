@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import Env, NotFound, SqliteTarget, Target, ToolSettings
 from conduit.adapters.claude_code import SECRET_VARS, anthropic_env, merge_env
-from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
+from conduit.errors import ToolFileError
+from conduit.redact import fingerprint
 
 APP_TYPE = "claude"
 KNOWN_SCHEMA = 17

@@ -25,8 +25,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from conduit.adapters.base import Env, NoOptions, Target, ToolSettings
-from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import json_target, read_json_quietly
+from conduit.errors import ToolFileError
+from conduit.redact import fingerprint
 
 AUTH_VARS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
 SECRET_VARS = frozenset(AUTH_VARS)

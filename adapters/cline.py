@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import Env, NotFound, Target, ToolSettings, Unsupported
-from conduit.adapters.errors import fingerprint
 from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
+from conduit.redact import fingerprint
 
 PROVIDER_ID = "openai-compatible"
 SECRET_KEYS = frozenset({"openAiApiKey", "apiKey"})

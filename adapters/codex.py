@@ -31,8 +31,8 @@ import tomlkit
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import Env, NotFound, Target, ToolSettings
-from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
+from conduit.redact import fingerprint
 
 PROVIDER_ID = "conduit"
 KEY_VAR = "CONDUIT_API_KEY"

@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import Env, NotFound, Target, ToolSettings, Unsupported
-from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import parse_yaml, yaml_target
+from conduit.redact import fingerprint
 
 ENTRY_NAME = "conduit"
 

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import Env, NotFound, Target, ToolSettings
-from conduit.adapters.errors import fingerprint
 from conduit.adapters.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv, tool_version
+from conduit.redact import fingerprint
 
 ENV_VARS = ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GEMINI_MODEL")
 SECRETS = ("GEMINI_API_KEY",)

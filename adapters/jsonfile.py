@@ -19,8 +19,9 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from .base import TextTarget
-from .errors import ToolFileError, fingerprint
+from conduit.adapters.base import TextTarget
+from conduit.errors import ToolFileError
+from conduit.redact import fingerprint
 
 _PARSE_HINT = "the tool itself would ignore this whole file; fix it by hand, conduit left it unchanged"
 

@@ -33,8 +33,9 @@ import tomlkit.exceptions
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from .base import TextTarget
-from .errors import ToolFileError, fingerprint
+from conduit.adapters.base import TextTarget
+from conduit.errors import ToolFileError
+from conduit.redact import fingerprint
 
 _FIX_HINT = "fix the file by hand (or move it away); conduit left it unchanged"
 

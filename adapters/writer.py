@@ -45,7 +45,6 @@ import os
 import re
 import secrets as _secrets
 import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -55,20 +54,23 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from .base import SqliteTarget, TextTarget
-from .errors import ToolFileError, fingerprint
-
-TMP_MARK = ".conduit-tmp-"
-"""Infix of the writer's temp files: ``.<name>.conduit-tmp-<pid>-<hex>`` next to the file being written."""
+from conduit.adapters.base import SqliteTarget, TextTarget
+from conduit.errors import ToolFileError
+from conduit.fileio import (
+    TMP_MARK,
+    atomic_write,
+    fill_tmp,
+    fsync_dir,
+    make_private_dirs,
+    new_tmp,
+    pid_alive,
+    release_tmp,
+    remove_stale_temps,
+)
+from conduit.redact import fingerprint
 
 MAX_RENDERS = 5
 """How often a text target is rendered again when the file keeps changing under the writer."""
-
-STALE_TMP_AGE_S = 24 * 3600
-"""A temp file older than this (seconds) is stale even if its writer's pid is alive (pid reuse)."""
-
-_active_tmp: set[str] = set()
-_active_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -126,140 +128,6 @@ class Backup:
     mode: int
     batch: str
     seq: int
-
-
-# ---------------------------------------------------------------------------------------------- file helpers
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _new_tmp(directory: Path, name: str) -> Path:
-    tmp = directory / f".{name}{TMP_MARK}{os.getpid()}-{_secrets.token_hex(4)}"
-    with _active_lock:
-        _active_tmp.add(str(tmp))
-    return tmp
-
-
-def _release_tmp(tmp: Path, *, unlink: bool) -> None:
-    with _active_lock:
-        _active_tmp.discard(str(tmp))
-    if unlink:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-
-def remove_stale_temps(path: Path) -> int:
-    """Remove temp files of ``path`` left by a crashed write (their pid is gone, or they are a day old).
-
-    Temp files that a live writer (this process or another) is still using are left alone.
-    Returns how many were removed.
-    """
-    prefix = f".{path.name}{TMP_MARK}"
-    removed = 0
-    try:
-        entries = list(os.scandir(path.parent))
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.name.startswith(prefix):
-            continue
-        full = str(path.parent / entry.name)
-        with _active_lock:
-            if full in _active_tmp:
-                continue
-        pid_text = entry.name[len(prefix) :].split("-", 1)[0]
-        pid = int(pid_text) if pid_text.isdigit() else -1
-        try:
-            age = time.time() - entry.stat(follow_symlinks=False).st_mtime
-        except OSError:
-            continue
-        if pid != os.getpid() and _pid_alive(pid) and age < STALE_TMP_AGE_S:
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(full)
-            removed += 1
-    return removed
-
-
-def _fill_tmp(tmp: Path, data: bytes, mode: int, owner: tuple[int, int] | None, notices: list[str]) -> None:
-    """Create ``tmp`` exclusively, write ``data``, fsync, set owner then mode (chown may clear mode bits)."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-        if owner is not None:
-            st = os.fstat(fd)
-            if (st.st_uid, st.st_gid) != owner:
-                try:
-                    os.fchown(fd, *owner)
-                except PermissionError:
-                    notices.append(f"could not keep owner {owner[0]}:{owner[1]}; the file is now yours")
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-
-
-def make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and every missing parent with mode 0700, whatever the umask
-    (``os.makedirs`` gives only the last one its mode). Existing directories are left as they are.
-    Raises OSError."""
-    missing: list[Path] = []
-    probe = directory
-    while not probe.is_dir():
-        missing.append(probe)
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            if not d.is_dir():
-                raise
-            continue
-        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write one of conduit's own files atomically: a temp file in the same directory created with ``mode``
-    (whatever the umask), written, fsynced, renamed over ``path``, then the directory fsynced. A symlink at
-    ``path`` is written through (its target is replaced). Readers see the old bytes or the new ones, never a
-    mix; a crash leaves at most a ``.conduit-tmp-`` file, which the next write removes.
-
-    Raises:
-        OSError: the directory cannot be written; ``path`` is unchanged.
-    """
-    path = Path(os.path.realpath(path))
-    tmp = _new_tmp(path.parent, path.name)
-    done = False
-    try:
-        _fill_tmp(tmp, data, mode, None, [])
-        os.replace(tmp, path)
-        done = True
-        _fsync_dir(path.parent)
-    finally:
-        _release_tmp(tmp, unlink=not done)
 
 
 def _read(path: Path) -> tuple[bytes | None, os.stat_result | None]:
@@ -332,7 +200,7 @@ class BackupStore:
     original file are kept.
 
     Args:
-        root: the store's directory (the daemon passes ``conduit.daemon.paths.backups_dir()``)
+        root: the store's directory (the daemon passes ``conduit.daemon.config.paths.backups_dir()``)
             (``~/.local/state/conduit/backups``), looked up on each use so HOME redirects it.
         keep: how many backups to keep per tool and original file (>= 1).
     """
@@ -348,7 +216,7 @@ class BackupStore:
         """The store's directory."""
         if self._root is None:
             raise ToolFileError("no backup directory given", "pass BackupStore(root); the daemon uses "
-                                "conduit.daemon.paths.backups_dir()")  # adapters never import the daemon
+                                "conduit.daemon.config.paths.backups_dir()")  # adapters never import the daemon
         return self._root
 
     def tool_dir(self, tool: str) -> Path:
@@ -426,7 +294,7 @@ class BackupStore:
                     os.unlink(p)
             elif p.name.startswith(".pending-"):
                 pid_text = p.name.split("-")[1]
-                if not (pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid()):
+                if not (pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid()):
                     with contextlib.suppress(OSError):
                         os.unlink(p)
             elif TMP_MARK in p.name:
@@ -518,7 +386,7 @@ class BackupStore:
 
         def fill(dest: Path) -> None:
             os.replace(src, dest)
-            _fsync_dir(dest.parent)
+            fsync_dir(dest.parent)
 
         return self._add(tool, original, kind=kind, mode=mode, batch=batch, fill=fill)
 
@@ -768,10 +636,10 @@ class Writer:
                 return
             if data is None:
                 self._make_parent(real, target.path)
-            tmp = _new_tmp(real.parent, real.name)
+            tmp = new_tmp(real.parent, real.name)
             replaced = False
             try:
-                _fill_tmp(tmp, new_bytes, mode, (st.st_uid, st.st_gid) if st else None, notices)
+                fill_tmp(tmp, new_bytes, mode, (st.st_uid, st.st_gid) if st else None, notices)
                 again, st_again = _read(real)
                 if again != data:  # changed under us: merge into the new content instead
                     data, st = again, st_again
@@ -783,9 +651,9 @@ class Writer:
                     result.backup = backup.file
                 os.replace(tmp, real)
                 replaced = True
-                _fsync_dir(real.parent)
+                fsync_dir(real.parent)
             finally:
-                _release_tmp(tmp, unlink=not replaced)
+                release_tmp(tmp, unlink=not replaced)
             if real != Path(os.path.abspath(target.path)):
                 notices.append(f"wrote through the symlink {target.path} -> {real}")
             if st is not None and st.st_nlink > 1:

@@ -4,7 +4,7 @@ Starts the scripted SSE server (tests/sse_server.py) as a separate process on 12
 measures in the same run:
 
 1. baseline: a bare httpx loop (sync ``httpx.Client``, one request at a time, ``stream: false``);
-2. the generator: ``conduit.daemon.loadgen.run_level`` at ``--concurrency`` (default 64), streaming, with all
+2. the generator: ``conduit.daemon.bench.loadgen.run_level`` at ``--concurrency`` (default 64), streaming, with all
    its per-token bookkeeping;
 
 and prints both request rates and their ratio, plus each client's CPU time per request (insensitive to other
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from conduit.daemon import loadgen as lg
+from conduit.daemon.bench import loadgen as lg
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 10.0

@@ -42,7 +42,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _setup(home: Path) -> Path:
-    from conduit.daemon.samples import cc_switch_db, claude_settings, cline_gen_c
+    from conduit.daemon.cli.samples import cc_switch_db, claude_settings, cline_gen_c
 
     claude_settings(home)
     cline_gen_c(home)
@@ -108,8 +108,8 @@ def _wait_changed(home: Path, model: str, before: list[int], timeout: float = 30
 def floor(home: Path, profile: Path, n: int) -> tuple[list[float], list[float]]:
     """(sync() times, raw atomic-write times) in ms, for ``n`` model changes, no watcher."""
     from conduit.adapters.base import Env
-    from conduit.daemon.profile import load_profile
-    from conduit.daemon.sync import sync
+    from conduit.daemon.config.profile import load_profile
+    from conduit.daemon.sync.engine import sync
 
     sync_ms, raw_ms = [], []
     for i in range(n):
@@ -151,7 +151,7 @@ def daemon_run(home: Path, profile: Path, n: int, debounce_ms: int, idle_s: floa
     for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CONDUIT_PROFILE", "CLAUDE_CONFIG_DIR", "CLINE_DATA_DIR"):
         env.pop(var, None)
     log = open(home.parent / "daemon.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli", "daemon", "--debounce-ms", str(debounce_ms)],
+    proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli.app", "daemon", "--debounce-ms", str(debounce_ms)],
                             env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     try:
         while b"READY=1" not in sock.recv(4096):

@@ -67,8 +67,8 @@ def _port() -> int:
 
 
 async def supervisor_round(children: bool) -> tuple[float, float, float]:
-    from conduit.daemon.supervisor import Supervisor, VllmState
-    from conduit.daemon.vllm_settings import VllmSettings
+    from conduit.daemon.config.vllm import VllmSettings
+    from conduit.daemon.vllm.supervisor import Supervisor, VllmState
 
     s = VllmSettings.model_validate({
         "model": "fake", "port": _port(), "command": [sys.executable, FAKE],

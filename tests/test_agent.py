@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from agentproc import AgentProc, GiB, conduit_exe, fake_gpu, request, short_dir
 
-from conduit.daemon.client import AgentClient, AgentError
+from conduit.daemon.agent.client import AgentClient, AgentError
 
 
 def test_routes_and_shapes(temp_home: Path) -> None:
@@ -189,14 +189,14 @@ def test_status_json_fast_path_matches_the_full_command(temp_home: Path) -> None
 
     with AgentProc(temp_home, gpus={"devices": [fake_gpu(0)]}) as agent:
         agent.wait_for("/v1/gpus", lambda b: b["gpus"])
-        probe = ("import sys; sys.argv = ['conduit', 'status', '--json']; from conduit.daemon.entry import main; "
+        probe = ("import sys; sys.argv = ['conduit', 'status', '--json']; from conduit.daemon.cli.entry import main; "
                  "rc = main(); print('HEAVY', sorted(m for m in ('typer', 'rich', 'httpx', 'pydantic') "
                  "if m in sys.modules)); sys.exit(rc)")
         fast = subprocess.run([sys.executable, "-c", probe], env=agent.env, capture_output=True, text=True, timeout=30)
         assert fast.returncode == 0, fast.stderr
         body, heavy = fast.stdout.rsplit("HEAVY", 1)
         assert heavy.strip() == "[]"
-        full = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "status", "--json"], env=agent.env,
+        full = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "status", "--json"], env=agent.env,
                               capture_output=True, text=True, timeout=30)
         assert full.returncode == 0, full.stderr
         a, b = json.loads(body), json.loads(full.stdout)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from agentproc import AgentProc, Gateway, conduit_exe, request
 
-pytest.importorskip("conduit.daemon.resolve", reason="profile loading (profile, keys, normalize, adapters) "
+pytest.importorskip("conduit.daemon.config.resolve", reason="profile loading (profile, keys, normalize, adapters) "
                     "does not import on this branch yet")
 
 KEY = "sk-agent-test-0123456789-c3f9"

@@ -1,7 +1,7 @@
 """The agent in-process on a real socket: probe-now semantics against real local gateways, and the vLLM slot.
 
 The vLLM slot here is a minimal stand-in for the supervisor (another issue's work) that records calls; it
-exercises only the agent's side of the interface documented in ``conduit.daemon.agent``.
+exercises only the agent's side of the interface documented in ``conduit.daemon.agent.server``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import httpx
 from agentproc import Gateway, fake_gpu, short_dir
 
 from conduit.adapters.base import Root
-from conduit.daemon.agent import Agent, AgentConfig, AgentState, claim_socket
-from conduit.daemon.gpu import FakeNvml, GpuProbe
-from conduit.daemon.prober import Prober, ProbeTarget
+from conduit.daemon.agent.gpu import FakeNvml, GpuProbe
+from conduit.daemon.agent.prober import Prober, ProbeTarget
+from conduit.daemon.agent.server import Agent, AgentConfig, AgentState, claim_socket
 
 
 class RecordingSlot:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from agentproc import AgentProc, request
 
-from conduit.daemon.agent import peer_uid
+from conduit.daemon.agent.server import peer_uid
 
 
 def raw(sock: Path, data: bytes, timeout: float = 10.0) -> bytes:

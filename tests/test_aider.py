@@ -9,7 +9,7 @@ from ruamel.yaml import YAML
 from toolfiles import lifecycle, write_profile
 
 from conduit.adapters.base import Env
-from conduit.daemon.doctor import doctor
+from conduit.daemon.sync.doctor import doctor
 
 
 def _load(text: str) -> dict:

@@ -9,7 +9,7 @@ from pathlib import Path
 from toolfiles import CLAUDE_SETTINGS, claude_settings, lifecycle, run_sync, write_profile
 
 from conduit.adapters.base import Env
-from conduit.daemon.doctor import doctor
+from conduit.daemon.sync.doctor import doctor
 
 
 def settings(home: Path) -> dict:

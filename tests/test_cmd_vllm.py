@@ -11,10 +11,10 @@ from pathlib import Path
 
 import psutil
 
-from conduit.daemon.cmd_vllm import tail_text
+from conduit.daemon.cli.vllm import tail_text
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
-CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
+CONDUIT = [sys.executable, "-m", "conduit.daemon.cli.app"]
 
 
 def write_profile(home: Path, vllm: str) -> None:

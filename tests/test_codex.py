@@ -10,7 +10,7 @@ from toolfiles import lifecycle, run_sync, write_profile
 
 from conduit.adapters.base import Env
 from conduit.adapters.textformats import read_dotenv
-from conduit.daemon.doctor import doctor
+from conduit.daemon.sync.doctor import doctor
 
 OWNED_ROOT = {"model", "model_provider"}
 

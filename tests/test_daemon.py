@@ -211,7 +211,7 @@ def test_drift_is_reported_not_reapplied_and_causes_no_write_loop(
     assert (after.st_ino, after.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # conduit wrote nothing
     assert claude_env(temp_home)["ANTHROPIC_MODEL"] == "someone-else"
     assert daemon.log().count("drift claude_code: ") == 1
-    from conduit.daemon.doctor import doctor
+    from conduit.daemon.sync.doctor import doctor
 
     rep = doctor()
     assert rep["daemon"]["running"] and rep["daemon"]["pid"] == daemon.proc.pid  # type: ignore[union-attr]

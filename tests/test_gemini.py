@@ -9,7 +9,7 @@ from toolfiles import lifecycle, run_sync
 
 from conduit.adapters.base import Env
 from conduit.adapters.textformats import parse_jsonc, read_dotenv
-from conduit.daemon.doctor import doctor
+from conduit.daemon.sync.doctor import doctor
 
 
 def test_fixture_survives_only_owned_keys_change(temp_home: Path) -> None:

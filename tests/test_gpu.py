@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conduit.daemon.gpu import (
+from conduit.daemon.agent.gpu import (
     FakeNvml,
     GpuHistory,
     GpuProbe,

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import dump_json, json_target, mask_json_keys, parse_json_object
 from conduit.adapters.writer import BackupStore, Writer
+from conduit.errors import ToolFileError
+from conduit.redact import fingerprint
 
 P = Path("/home/u/.claude/settings.json")
 

@@ -22,9 +22,8 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from conduit.adapters.errors import KeyError_, ProfileError
-from conduit.daemon import paths
-from conduit.daemon.keys import (
+from conduit.daemon.config import paths
+from conduit.daemon.config.keys import (
     KeySource,
     SecretsStore,
     key_list,
@@ -33,7 +32,8 @@ from conduit.daemon.keys import (
     key_source_from,
     read_key,
 )
-from conduit.daemon.normalize import clean_key
+from conduit.daemon.config.normalize import clean_key
+from conduit.errors import KeyError_, ProfileError
 
 CONDUIT = Path(sys.executable).parent / "conduit"
 KEY = "sk-test-0123456789abcdef"  # fingerprint sk-...cdef

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from conftest import env_for_subprocess
 
-from conduit.daemon import ledger as L
-from conduit.daemon.cmd_plan import run_plan
-from conduit.daemon.ledger import GiB, ModelError, PlanArgumentError, Verdict
+from conduit.daemon.cli.plan import run_plan
+from conduit.daemon.plan import ledger as L
+from conduit.daemon.plan.ledger import GiB, ModelError, PlanArgumentError, Verdict
 
 # Published configurations (the fields the ledger reads), from the models' config.json on the HF hub.
 LLAMA2_7B = {  # meta-llama/Llama-2-7b-hf
@@ -445,7 +445,7 @@ def test_no_gpu_asks_for_gpu_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 # --- the command, as a real subprocess -------------------------------------------------------------------------
 
-_MAIN = "import sys; from conduit.daemon.cli import main; sys.exit(main(sys.argv[1:]))"
+_MAIN = "import sys; from conduit.daemon.cli.app import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _conduit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conduit.adapters.errors import ConduitError, fingerprint
-from conduit.daemon import cli
-from conduit.daemon import loadgen as lg
+from conduit.daemon.bench import loadgen as lg
+from conduit.daemon.cli import app as cli
+from conduit.errors import ConduitError
+from conduit.redact import fingerprint
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sse_server import Script, ScriptedServer  # noqa: E402
@@ -436,7 +437,7 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str])
     """cli.main with only the bench module registered (the other command modules are integrated elsewhere)."""
 
     def register() -> None:
-        from conduit.daemon import cmd_bench  # noqa: F401
+        from conduit.daemon.cli import bench as cmd_bench  # noqa: F401
 
     monkeypatch.setattr(cli, "_register_commands", register)
 

@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conduit.adapters.base import Root
-from conduit.adapters.errors import KeyError_, ProfileError
-from conduit.daemon.normalize import (
+from conduit.daemon.config.normalize import (
     ENDPOINTS,
     INVISIBLE_CHARS,
     clean_key,
     normalize_base_url,
 )
+from conduit.errors import KeyError_, ProfileError
 
 WHERE = "~/.config/conduit/profile.toml: channels.gw.base_url"
 GW = "gw.example.com"

@@ -200,8 +200,8 @@ def test_model_change_moves_only_model(temp_home: Path, tool: Tool) -> None:
 @pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
 def test_dry_run_writes_nothing_and_masks_key(temp_home: Path, tool: Tool) -> None:
     from conduit.adapters.base import Env
-    from conduit.daemon.profile import load_profile
-    from conduit.daemon.sync import sync
+    from conduit.daemon.config.profile import load_profile
+    from conduit.daemon.sync.engine import sync
 
     tool.setup(temp_home)
     write_profile(temp_home, tools=(tool.name,))

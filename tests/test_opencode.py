@@ -72,8 +72,8 @@ def test_xdg_config_home(temp_home: Path, monkeypatch) -> None:
     (xdg / "conduit").mkdir(exist_ok=True)
     (temp_home / ".config" / "conduit" / "profile.toml").rename(xdg / "conduit" / "profile.toml")
     from conduit.adapters.base import Env
-    from conduit.daemon.profile import load_profile
-    from conduit.daemon.sync import sync
+    from conduit.daemon.config.profile import load_profile
+    from conduit.daemon.sync.engine import sync
 
     sync(load_profile(xdg / "conduit" / "profile.toml"), env=Env())
     assert parse_jsonc((xdg / "opencode" / "opencode.json").read_text(), path=Path("x"))["model"].startswith("conduit/")

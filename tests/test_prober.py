@@ -12,7 +12,7 @@ import pytest
 from agentproc import Gateway
 
 from conduit.adapters.base import Root
-from conduit.daemon.prober import (
+from conduit.daemon.agent.prober import (
     AUTH_HINT,
     ChannelHealth,
     Prober,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from conduit.adapters.errors import BadArguments, ProfileError
-from conduit.daemon.init import TEMPLATES, starter_text
-from conduit.daemon.profile import find_line, load_profile, parse_profile, use_model
+from conduit.daemon.config.profile import find_line, load_profile, parse_profile, use_model
+from conduit.daemon.sync.init import TEMPLATES, starter_text
+from conduit.errors import BadArguments, ProfileError
 
 MINIMAL = '''version = 1
 channel = "taotoken"                        # the channel every tool uses

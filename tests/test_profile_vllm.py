@@ -13,14 +13,14 @@ import pytest
 from toolfiles import claude_settings, cline_gen_b
 
 from conduit.adapters.base import Env
-from conduit.adapters.errors import KeyError_, ProfileError
-from conduit.daemon.prober import targets_for
-from conduit.daemon.profile import load_profile, parse_profile, use_model
-from conduit.daemon.resolve import Resolver, vllm_settings
-from conduit.daemon.sync import sync
+from conduit.daemon.agent.prober import targets_for
+from conduit.daemon.config.profile import load_profile, parse_profile, use_model
+from conduit.daemon.config.resolve import Resolver, vllm_settings
+from conduit.daemon.sync.engine import sync
+from conduit.errors import KeyError_, ProfileError
 
 KEY = "sk-local-0123456789abcdefghij"
-CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
+CONDUIT = [sys.executable, "-m", "conduit.daemon.cli.app"]
 
 HOSTED = """version = 1
 channel = "gw"

@@ -19,9 +19,9 @@ import psutil
 import pytest
 from procs import alive, has_engine_and_worker, names
 
-from conduit.adapters.errors import ConduitError
-from conduit.daemon.supervisor import IllegalTransition, Supervisor, VllmState, group_members, kill_group
-from conduit.daemon.vllm_settings import VllmSettings
+from conduit.daemon.config.vllm import VllmSettings
+from conduit.daemon.vllm.supervisor import IllegalTransition, Supervisor, VllmState, group_members, kill_group
+from conduit.errors import ConduitError
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
 S = VllmState

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conduit.daemon.vllm_diagnose import (
+from conduit.daemon.vllm.diagnose import (
     diagnose,
     find_kv_cache_line,
     gpu_memory_diagnosis,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conduit.daemon.vllm_metrics import Histogram, MetricsTracker, parse
+from conduit.daemon.vllm.metrics import Histogram, MetricsTracker, parse
 
 REAL = (Path(__file__).parent / "data" / "vllm-0.32-metrics.txt").read_text()
 

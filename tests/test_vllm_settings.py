@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from conduit.adapters.errors import ConduitError, ProfileError
-from conduit.daemon.vllm_settings import (
+from conduit.daemon.config.vllm import (
     API_SERVER_MODULE,
     detect_install,
     load,
     parse_version,
 )
+from conduit.errors import ConduitError, ProfileError
 
 KEY = "sk-live-abcdefghijklmnopqrstuvwxyz0123"
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from agentproc import AgentProc, GiB, conduit_exe, fake_gpu, short_dir
 
-from conduit.adapters.errors import AgentUnreachable
-from conduit.daemon.cmd_agent import BadArguments, Conditions, parse_duration, parse_size, unmet, wait_until
+from conduit.daemon.cli.agent import BadArguments, Conditions, parse_duration, parse_size, unmet, wait_until
+from conduit.errors import AgentUnreachable
 
 
 def run_wait(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -31,9 +31,11 @@ from hypothesis import strategies as st
 
 from conduit.adapters import writer as writer_mod
 from conduit.adapters.base import SqliteTarget, TextTarget
-from conduit.adapters.errors import ToolFileError, fingerprint
 from conduit.adapters.jsonfile import json_target
-from conduit.adapters.writer import TMP_MARK, BackupStore, Writer
+from conduit.adapters.writer import BackupStore, Writer
+from conduit.errors import ToolFileError
+from conduit.fileio import TMP_MARK
+from conduit.redact import fingerprint
 
 KEY = "sk-live-0123456789abcdefXYZ"
 
@@ -496,7 +498,7 @@ def test_corrupt_index_loses_no_backup_files(temp_home: Path) -> None:
 
 
 def test_default_backup_root_follows_home(temp_home: Path) -> None:
-    from conduit.daemon.paths import backups_dir
+    from conduit.daemon.config.paths import backups_dir
 
     assert BackupStore(backups_dir()).root == backups_dir()
     assert str(backups_dir()).startswith(str(temp_home))

@@ -1,6 +1,6 @@
 """Test helpers: write a profile under a temporary HOME, sync, and the lifecycle check (STYLE.md habit 5).
 
-The real-format tool files come from conduit.daemon.samples (shared with `conduit demo`).
+The real-format tool files come from conduit.daemon.cli.samples (shared with `conduit demo`).
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 from conduit.adapters.base import Env
-from conduit.daemon.profile import load_profile
-from conduit.daemon.samples import (  # noqa: F401  re-exported for the tests
+from conduit.daemon.cli.samples import (  # noqa: F401  re-exported for the tests
     CC_SWITCH_SCHEMA,
     CLAUDE_SETTINGS,
     DEEPSEEK_ID,
@@ -21,7 +20,8 @@ from conduit.daemon.samples import (  # noqa: F401  re-exported for the tests
     cline_gen_c,
     write_json,
 )
-from conduit.daemon.sync import SyncReport, sync
+from conduit.daemon.config.profile import load_profile
+from conduit.daemon.sync.engine import SyncReport, sync
 
 
 def write_profile(home: Path, base_url: str = "https://gw.example.com/api", *, key_text: str | None = "sk-test-abc\n",

@@ -90,7 +90,7 @@ def tiny_settings(vllm_python: str, tiny_model: Path) -> Any:
     """A factory of ``VllmSettings`` serving the tiny model on a free port (keyword arguments override)."""
     import socket
 
-    from conduit.daemon.vllm_settings import VllmSettings
+    from conduit.daemon.config.vllm import VllmSettings
 
     def make(**kw: Any) -> VllmSettings:
         with socket.socket() as s:

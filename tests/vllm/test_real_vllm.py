@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from procs import alive, has_engine_and_worker, names
 
-from conduit.daemon.supervisor import Supervisor, VllmState
+from conduit.daemon.vllm.supervisor import Supervisor, VllmState
 
 pytestmark = pytest.mark.vllm
 S = VllmState

@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from conduit.daemon import loadgen as lg
-from conduit.daemon.supervisor import Supervisor, VllmState
-from conduit.daemon.vllm_diagnose import find_kv_cache_line
-from conduit.daemon.vllm_metrics import parse
+from conduit.daemon.bench import loadgen as lg
+from conduit.daemon.vllm.diagnose import find_kv_cache_line
+from conduit.daemon.vllm.metrics import parse
+from conduit.daemon.vllm.supervisor import Supervisor, VllmState
 
 pytestmark = pytest.mark.vllm
 GiB = 1024**3
@@ -68,7 +68,7 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
     assert found is not None, "vLLM logged no KV cache line"
     _, line, logged_tokens = found
     logged_conc = float(line.rsplit("request: ", 1)[1].rstrip("x \n"))
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "plan", str(tiny_model), "--cpu-kv-space",
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "plan", str(tiny_model), "--cpu-kv-space",
                         "1GiB", "--dtype", "float32", "--max-model-len", "256", "--json"],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 0, r.stderr

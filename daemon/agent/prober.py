@@ -1,0 +1,483 @@
+"""Channel health: a periodic, jittered, token-free probe of every channel and protocol it speaks.
+
+What is requested (no tokens are spent; source: the OpenAI and Anthropic "list models" endpoints):
+- OpenAI protocol: ``GET <root>/<version>/models`` (the base an OpenAI SDK would use, plus ``/models``);
+- Anthropic protocol: ``GET <root>/v1/models`` with ``anthropic-version: 2023-06-01``;
+the key goes in the channel's auth header style (``Authorization: Bearer`` or ``x-api-key``).
+
+Verdicts (``Verdict``), from the answer or the failure:
+    ok            2xx
+    auth          401 / 403: "the key was refused; check for whitespace or a revoked key"
+    path          404: the neighbouring base URLs (with and without ``/v1``, without ``/api``) are tried and
+                  the first one that answers is named in ``working_base``
+    rate_limited  429
+    server_error  5xx
+    http_error    any other status
+    timeout       no answer in time; ``phase`` says ``connect`` or ``read``
+    dns           the host name does not resolve
+    tls           the TLS handshake or certificate failed
+    refused       nothing listens on the port
+    error         anything else (message says what)
+
+Keys never appear in results, reprs or logs; ``ProbeTarget`` shows a fingerprint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import random
+import socket
+import ssl
+import statistics
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from conduit.adapters.base import Root
+from conduit.errors import ConduitError
+from conduit.redact import fingerprint
+
+AUTH_HINT = "the key was refused; check for whitespace or a revoked key"
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+class Verdict(enum.StrEnum):
+    """How one probe ended (see the module docstring)."""
+
+    OK = "ok"
+    AUTH = "auth"
+    PATH = "path"
+    RATE_LIMITED = "rate_limited"
+    SERVER_ERROR = "server_error"
+    HTTP_ERROR = "http_error"
+    TIMEOUT = "timeout"
+    DNS = "dns"
+    TLS = "tls"
+    REFUSED = "refused"
+    ERROR = "error"
+    CONFIG = "config"  # the channel could not be resolved from the profile (e.g. its key source failed)
+    PENDING = "pending"  # not probed yet
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """One channel x protocol to probe.
+
+    Attributes:
+        channel: the channel's name in the profile.
+        protocol: ``openai`` or ``anthropic``.
+        root: the channel's normalized root for that protocol.
+        key: the cleaned key, or None (sent nowhere else; never shown).
+        auth: ``bearer`` or ``x-api-key``.
+        timeout_s: probe timeout, seconds (None: 10 s).
+    """
+
+    channel: str
+    protocol: Literal["openai", "anthropic"]
+    root: Root
+    key: str | None = field(default=None, repr=False)
+    auth: Literal["bearer", "x-api-key"] = "bearer"
+    timeout_s: float | None = None
+
+    def __repr__(self) -> str:
+        return (f"ProbeTarget(channel={self.channel!r}, protocol={self.protocol!r}, root={self.root.url!r}, "
+                f"key={fingerprint(self.key)!r}, auth={self.auth!r})")
+
+    @property
+    def base(self) -> str:
+        """The base URL this protocol's clients use (OpenAI: root/v1; Anthropic: root)."""
+        return self.root.openai_base() if self.protocol == "openai" else self.root.anthropic_base()
+
+    @property
+    def suffix(self) -> str:
+        """What the probe appends to a base: ``/models`` (OpenAI) or ``/v1/models`` (Anthropic)."""
+        return "/models" if self.protocol == "openai" else "/v1/models"
+
+    def headers(self) -> dict[str, str]:
+        """Request headers: the auth header in the channel's style, plus anthropic-version for Anthropic."""
+        h = {"accept": "application/json", "user-agent": "conduit-agent"}
+        if self.protocol == "anthropic":
+            h["anthropic-version"] = ANTHROPIC_VERSION
+        if self.key:
+            if self.auth == "x-api-key":
+                h["x-api-key"] = self.key
+            else:
+                h["authorization"] = f"Bearer {self.key}"
+        return h
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The outcome of one probe.
+
+    Attributes:
+        verdict: see ``Verdict``.
+        status: HTTP status, or None when no answer came.
+        latency_ms: time to the answer (or failure), milliseconds.
+        url: the URL requested.
+        message: one line for people.
+        hint: what to do, or None.
+        phase: for timeouts, ``connect`` or ``read``.
+        working_base: for ``path``, the neighbouring base URL that answered, or None.
+        at: Unix time the probe finished, seconds.
+    """
+
+    verdict: Verdict
+    status: int | None
+    latency_ms: float
+    url: str
+    message: str
+    hint: str | None = None
+    phase: str | None = None
+    working_base: str | None = None
+    at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able dict (verdict as its string)."""
+        return {"verdict": str(self.verdict), "status": self.status, "latency_ms": round(self.latency_ms, 2),
+                "url": self.url, "message": self.message, "hint": self.hint, "phase": self.phase,
+                "working_base": self.working_base, "at": self.at}
+
+
+def neighbour_bases(base: str) -> list[str]:
+    """Base URLs next to ``base`` that a misconfigured gateway URL often means, nearest first, without ``base``.
+
+    With and without a trailing ``/v1``, and without an ``/api`` segment (each with and without ``/v1``).
+    Example: ``https://h/api/v1`` -> ``["https://h/api", "https://h/api/v1/v1", "https://h/v1", "https://h"]``.
+    """
+    parts = urlsplit(base)
+    path = parts.path.rstrip("/")
+    segs = [s for s in path.split("/") if s]
+    cands: list[list[str]] = []
+    if segs and segs[-1] == "v1":
+        cands.append(segs[:-1])
+    cands.append(segs + ["v1"])
+    if "api" in segs:
+        no_api = [s for s in segs if s != "api"]
+        cands.append(no_api)
+        if no_api and no_api[-1] == "v1":
+            cands.append(no_api[:-1])
+        else:
+            cands.append(no_api + ["v1"])
+    out: list[str] = []
+    for c in cands:
+        url = urlunsplit((parts.scheme, parts.netloc, "/" + "/".join(c) if c else "", "", ""))
+        if url.rstrip("/") != base.rstrip("/") and url not in out:
+            out.append(url)
+    return out
+
+
+def _chain(exc: BaseException) -> Iterable[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def classify_exception(exc: BaseException) -> tuple[Verdict, str, str | None]:
+    """Map an httpx failure to (verdict, message, phase). Looks through the exception chain for the OS error."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return Verdict.TIMEOUT, "no connection within the timeout", "connect"
+    if isinstance(exc, httpx.ReadTimeout):
+        return Verdict.TIMEOUT, "connected, but no answer within the timeout", "read"
+    if isinstance(exc, httpx.TimeoutException):
+        return Verdict.TIMEOUT, f"timed out ({type(exc).__name__})", "write" if isinstance(exc, httpx.WriteTimeout) else "pool"
+    for e in _chain(exc):
+        if isinstance(e, socket.gaierror):
+            return Verdict.DNS, f"the host name does not resolve ({e.strerror or e})", None
+        if isinstance(e, ssl.SSLError):
+            return Verdict.TLS, f"TLS failed: {getattr(e, 'reason', None) or e}", None
+        if isinstance(e, ConnectionRefusedError):
+            return Verdict.REFUSED, "connection refused: nothing listens there", None
+    text = str(exc)
+    low = text.lower()
+    if "name or service not known" in low or "nodename nor servname" in low or "temporary failure in name resolution" in low:
+        return Verdict.DNS, f"the host name does not resolve ({text})", None
+    if "certificate" in low or "ssl" in low or "tls" in low:
+        return Verdict.TLS, f"TLS failed: {text}", None
+    if "connection refused" in low or "errno 111" in low:
+        return Verdict.REFUSED, "connection refused: nothing listens there", None
+    return Verdict.ERROR, f"{type(exc).__name__}: {text}" if text else type(exc).__name__, None
+
+
+def classify_status(status: int) -> tuple[Verdict, str, str | None]:
+    """Map an HTTP status to (verdict, message, hint)."""
+    if 200 <= status < 300:
+        return Verdict.OK, f"HTTP {status}", None
+    if status in (401, 403):
+        return Verdict.AUTH, f"HTTP {status}: {AUTH_HINT}", "rotate or re-paste the key (`conduit key set`)"
+    if status == 404:
+        return Verdict.PATH, "HTTP 404: no models endpoint under this base URL", None
+    if status == 429:
+        return Verdict.RATE_LIMITED, "HTTP 429: rate limited", "wait, or check the account's quota"
+    if status >= 500:
+        return Verdict.SERVER_ERROR, f"HTTP {status}: the gateway failed", "the gateway is having trouble; retry later"
+    return Verdict.HTTP_ERROR, f"HTTP {status}", None
+
+
+async def probe_once(client: httpx.AsyncClient, target: ProbeTarget) -> ProbeResult:
+    """Probe one target once (plus neighbours on 404). Never raises for network trouble.
+
+    Args:
+        client: an ``httpx.AsyncClient`` (no base_url; redirects not followed).
+        target: what to probe.
+    """
+    timeout = target.timeout_s or 10.0
+    url = target.base + target.suffix
+    t0 = time.perf_counter()
+    try:
+        resp = await client.get(url, headers=target.headers(), timeout=timeout)
+    except (httpx.HTTPError, OSError) as exc:
+        verdict, msg, phase = classify_exception(exc)
+        return ProbeResult(verdict, None, (time.perf_counter() - t0) * 1000, url, msg, phase=phase, at=time.time())
+    latency = (time.perf_counter() - t0) * 1000
+    verdict, msg, hint = classify_status(resp.status_code)
+    working = None
+    if verdict is Verdict.PATH:
+        for cand in neighbour_bases(target.base):
+            try:
+                r = await client.get(cand + target.suffix, headers=target.headers(), timeout=timeout)
+            except (httpx.HTTPError, OSError):
+                continue
+            if r.status_code < 300 or r.status_code in (401, 403):
+                working = cand
+                break
+        if working:
+            root = working if target.protocol == "anthropic" else working.removesuffix("/v1")
+            msg = f"HTTP 404 at {url}; {working}{target.suffix} answers HTTP {r.status_code}"
+            hint = f"set the channel's base_url to {root}"
+        else:
+            hint = "check the base_url against the gateway's docs; no neighbouring base URL answered either"
+    return ProbeResult(verdict, resp.status_code, latency, url, msg, hint=hint, working_base=working, at=time.time())
+
+
+class ChannelHealth:
+    """The running record of one channel x protocol.
+
+    Attributes:
+        target: what is probed (None for a channel that could not be resolved).
+        window: latencies kept for p50/p95, most recent ``window`` probes.
+    """
+
+    def __init__(self, channel: str, protocol: str, target: ProbeTarget | None, window: int = 50) -> None:
+        self.channel = channel
+        self.protocol = protocol
+        self.target = target
+        self.last: ProbeResult | None = None
+        self.latencies: deque[float] = deque(maxlen=window)
+        self.consecutive_failures = 0
+        self.last_success_at: float | None = None
+        self.probes = 0
+        self.config_error: str | None = None
+
+    def record(self, result: ProbeResult) -> None:
+        """Fold one result in: latency only for answers that came back, failures counted until an ok."""
+        self.last = result
+        self.probes += 1
+        if result.status is not None:
+            self.latencies.append(result.latency_ms)
+        if result.verdict is Verdict.OK:
+            self.consecutive_failures = 0
+            self.last_success_at = result.at
+        else:
+            self.consecutive_failures += 1
+
+    @property
+    def verdict(self) -> Verdict:
+        """The latest verdict (``config`` or ``pending`` before any probe)."""
+        if self.config_error:
+            return Verdict.CONFIG
+        return self.last.verdict if self.last else Verdict.PENDING
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"protocol", "url", "verdict", "healthy", "latency_ms": {"last","p50","p95","samples"}, ...}``."""
+        lat = sorted(self.latencies)
+
+        def pct(p: float) -> float | None:
+            if not lat:
+                return None
+            return round(lat[min(len(lat) - 1, int(round(p * (len(lat) - 1))))], 2)
+
+        last = self.last
+        return {
+            "protocol": self.protocol,
+            "url": (self.target.base + self.target.suffix) if self.target else None,
+            "auth": self.target.auth if self.target else None,
+            "key": fingerprint(self.target.key) if self.target else None,
+            "verdict": str(self.verdict),
+            "healthy": self.verdict is Verdict.OK,
+            "status": last.status if last else None,
+            "message": self.config_error or (last.message if last else "not probed yet"),
+            "hint": last.hint if last else None,
+            "phase": last.phase if last else None,
+            "working_base": last.working_base if last else None,
+            "latency_ms": {"last": round(last.latency_ms, 2) if last and last.status is not None else None,
+                           "p50": round(statistics.median(lat), 2) if lat else None, "p95": pct(0.95),
+                           "samples": len(lat)},
+            "consecutive_failures": self.consecutive_failures,
+            "last_success_at": self.last_success_at,
+            "last_probe_at": last.at if last else None,
+            "probes": self.probes,
+        }
+
+
+class Prober:
+    """Probes every target on its own jittered schedule, on the agent's event loop.
+
+    Args:
+        targets: what to probe.
+        problems: channel name -> why it could not be resolved (shown with verdict ``config``).
+        interval_s: mean seconds between probes of one target; each wait is jittered by +-``jitter`` (share).
+        client: an ``httpx.AsyncClient`` to share; one is made (and closed by ``aclose``) when None.
+    """
+
+    def __init__(self, targets: Iterable[ProbeTarget], problems: dict[str, str] | None = None,
+                 interval_s: float = 60.0, jitter: float = 0.2, client: httpx.AsyncClient | None = None) -> None:
+        self.interval_s = interval_s
+        self.jitter = jitter
+        self._client = client
+        self._own_client = client is None
+        self.health: dict[str, dict[str, ChannelHealth]] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.set_targets(targets, problems or {})
+
+    def set_targets(self, targets: Iterable[ProbeTarget], problems: dict[str, str]) -> None:
+        """Replace what is probed, keeping the history of targets that did not change."""
+        old = self.health
+        new: dict[str, dict[str, ChannelHealth]] = {}
+        for t in targets:
+            prev = old.get(t.channel, {}).get(t.protocol)
+            h = prev if prev is not None and prev.target == t else ChannelHealth(t.channel, t.protocol, t)
+            new.setdefault(t.channel, {})[t.protocol] = h
+        for name, why in problems.items():
+            h = ChannelHealth(name, "-", None)
+            h.config_error = why
+            new.setdefault(name, {})["-"] = h
+        self.health = new
+
+    def targets(self) -> list[ProbeTarget]:
+        """What is probed now."""
+        return [h.target for protos in self.health.values() for h in protos.values() if h.target is not None]
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The shared HTTP client (created on first use, on the running loop)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False,
+                                             limits=httpx.Limits(max_connections=50, max_keepalive_connections=10))
+        return self._client
+
+    async def probe(self, channel: str, protocol: str) -> ProbeResult | None:
+        """Probe one channel x protocol now (one at a time per target) and record the result."""
+        h = self.health.get(channel, {}).get(protocol)
+        if h is None or h.target is None:
+            return None
+        lock = self._locks.setdefault((channel, protocol), asyncio.Lock())
+        async with lock:
+            result = await probe_once(self.client, h.target)
+        h.record(result)
+        return result
+
+    async def probe_channel(self, channel: str) -> list[ProbeResult]:
+        """Probe every protocol of one channel now, concurrently. Raises ConduitError for an unknown name."""
+        if channel not in self.health:
+            raise ConduitError(f"no channel named {channel!r}",
+                               hint=f"known channels: {', '.join(sorted(self.health)) or '(none)'}")
+        results = await asyncio.gather(*(self.probe(channel, p) for p in self.health[channel]))
+        return [r for r in results if r is not None]
+
+    async def _loop_one(self, channel: str, protocol: str) -> None:
+        await asyncio.sleep(random.uniform(0, min(2.0, self.interval_s)))  # spread the first round
+        while True:
+            h = self.health.get(channel, {}).get(protocol)
+            if h is None or h.target is None:
+                return
+            await self.probe(channel, protocol)
+            factor = 1 + random.uniform(-self.jitter, self.jitter)
+            await asyncio.sleep(max(0.05, self.interval_s * factor))
+
+    def start(self) -> None:
+        """(Re)start one background task per target on the running loop."""
+        self.stop()
+        for channel, protos in self.health.items():
+            for protocol, h in protos.items():
+                if h.target is not None:
+                    self._tasks.append(asyncio.create_task(self._loop_one(channel, protocol),
+                                                           name=f"probe:{channel}:{protocol}"))
+
+    def stop(self) -> None:
+        """Cancel the background tasks."""
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+
+    async def aclose(self) -> None:
+        """Stop probing and close the client this prober made."""
+        self.stop()
+        if self._own_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{channel: {"healthy": bool, "verdict": str, "protocols": {protocol: ChannelHealth.to_json()}}}``;
+        a channel is healthy when every protocol's last probe was ok."""
+        out: dict[str, Any] = {}
+        for name in sorted(self.health):
+            protos = {p: h.to_json() for p, h in self.health[name].items()}
+            verdicts = [v["verdict"] for v in protos.values()]
+            worst = next((v for v in verdicts if v != "ok"), "ok")
+            out[name] = {"healthy": all(v == "ok" for v in verdicts) and bool(verdicts),
+                         "verdict": worst, "protocols": protos}
+        return out
+
+
+def targets_from_profile(path: str | None = None) -> tuple[list[ProbeTarget], dict[str, str], str | None]:
+    """Build probe targets from the profile through ``conduit.daemon.config.resolve.resolve_channel``.
+
+    Returns:
+        (targets, problems, note): ``problems`` maps a channel that could not be resolved (key source failed,
+        ...) to the reason; ``note`` says why there are no channels at all (no profile, unreadable profile), else
+        None. Never raises.
+    """
+    try:
+        from conduit.daemon.config.profile import load_profile
+    except ImportError as exc:  # pragma: no cover - only before the profile modules exist
+        return [], {}, f"profile support missing: {exc}"
+    try:
+        profile = load_profile(path)
+    except ConduitError as exc:
+        return [], {}, str(exc)
+    except OSError as exc:
+        return [], {}, f"cannot read the profile: {exc}"
+    targets, problems = targets_for(profile)
+    return targets, problems, None
+
+
+def targets_for(profile: Any) -> tuple[list[ProbeTarget], dict[str, str]]:
+    """Probe targets of an already loaded profile (a ``LoadedProfile``), one per channel x protocol,
+    including the implicit ``local`` channel of a ``[vllm]`` table. Returns ``(targets, problems)`` as
+    ``targets_from_profile`` does. Never raises."""
+    from conduit.daemon.config.resolve import Resolver
+
+    resolver = Resolver(profile)
+    targets: list[ProbeTarget] = []
+    problems: dict[str, str] = {}
+    for name in profile.channels:
+        try:
+            rc = resolver.channel(name)
+        except ConduitError as exc:
+            problems[name] = str(exc)
+            continue
+        for protocol, root in rc.roots.items():
+            targets.append(ProbeTarget(channel=name, protocol=protocol, root=root, key=rc.key,  # type: ignore[arg-type]
+                                       auth=rc.auth, timeout_s=rc.timeout_s))
+    return targets, problems

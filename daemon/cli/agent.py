@@ -1,0 +1,366 @@
+"""CLI: ``conduit agent``, ``conduit status`` and ``conduit wait`` (thin; the work is in plain functions).
+
+Exit codes (DESIGN.md, pg_isready style): 0 ready, 1 not ready (timeout), 2 agent unreachable, 3 bad arguments.
+
+Import cost matters here: every command module is imported for every ``conduit`` command, so this module
+imports only typer (already loaded by the CLI) at the top; the agent (aiohttp, psutil, pynvml) loads only in
+``conduit agent``, httpx only when a client is made, rich only for the table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from conduit.daemon.cli.app import app
+from conduit.errors import AgentUnreachable, BadArguments
+
+EXIT_READY, EXIT_NOT_READY, EXIT_UNREACHABLE, EXIT_BAD_ARGS = 0, 1, 2, 3
+
+
+_UNITS = {"": 1, "b": 1,
+          "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
+          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_size(text: str) -> int:
+    """``"20GiB"`` -> bytes. Units: B; KiB/MiB/GiB/TiB and K/M/G/T (binary, as ``nvidia-smi`` and
+    ``free -g`` count); KB/MB/GB/TB (decimal). Case-insensitive; a bare number is bytes.
+
+    Raises:
+        BadArguments: anything else (exit code 3).
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise BadArguments(f"{text!r} is not a size; use e.g. 20GiB, 512MiB, 8G or 1500000000")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_duration(text: str) -> float:
+    """``"10m"``, ``"1h30m"``, ``"90s"``, ``"500ms"`` or a bare number of seconds -> seconds.
+
+    Raises:
+        BadArguments: anything else (exit code 3).
+    """
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", t)
+    if not parts or "".join(a + b for a, b in parts) != t:
+        raise BadArguments(f"{text!r} is not a duration; use e.g. 30s, 10m, 1h30m")
+    return sum(float(n) * _DURATION[u] for n, u in parts)
+
+
+def fmt_bytes(n: int | None) -> str:
+    """Bytes for people: ``21474836480`` -> ``20.0 GiB``; None -> ``?``."""
+    if n is None:
+        return "?"
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+@dataclass
+class Conditions:
+    """What ``conduit wait`` waits for; None/False means "not asked".
+
+    Attributes:
+        vram_free_bytes: a GPU (or MIG instance) with at least this much free memory, bytes.
+        gpu: restrict ``vram_free_bytes`` to this GPU (index or uuid).
+        channels: channel names that must be healthy (every protocol's last probe ok).
+        vllm_ready: the supervised vLLM's snapshot says ``state == "ready"``.
+    """
+
+    vram_free_bytes: int | None = None
+    gpu: str | None = None
+    channels: tuple[str, ...] = ()
+    vllm_ready: bool = False
+
+    def empty(self) -> bool:
+        """True when nothing was asked."""
+        return self.vram_free_bytes is None and not self.channels and not self.vllm_ready
+
+
+def unmet(status: dict[str, Any], cond: Conditions) -> list[str]:
+    """The conditions ``status`` (a ``/v1/status`` body) does not meet, one line each; empty when ready.
+
+    Raises:
+        BadArguments: ``--gpu`` or ``--channel`` names something the agent does not know (exit code 3).
+    """
+    out: list[str] = []
+    if cond.vram_free_bytes is not None:
+        gpus_body = status.get("gpus") or {}
+        gpus = gpus_body.get("gpus") or []
+        if cond.gpu is not None:
+            sel = [g for g in gpus if str(g.get("index")) == cond.gpu or g.get("uuid") == cond.gpu]
+            if not sel and gpus:
+                raise BadArguments(f"no GPU {cond.gpu!r}; the agent sees "
+                                         + ", ".join(f"{g.get('index')} ({g.get('uuid')})" for g in gpus))
+            gpus = sel
+        units: list[tuple[str, int | None]] = []
+        for g in gpus:
+            if g.get("mig_enabled") and g.get("mig"):
+                units += [(f"GPU {g['index']} MIG {m['index']}", m.get("free_bytes")) for m in g["mig"]]
+            else:
+                units.append((f"GPU {g.get('index')}", g.get("free_bytes")))
+        if not units:
+            out.append(f"no GPU to check ({gpus_body.get('reason') or 'none reported'})")
+        elif not any(free is not None and free >= cond.vram_free_bytes for _, free in units):
+            best = ", ".join(f"{name}: {fmt_bytes(free)} free" for name, free in units)
+            out.append(f"want {fmt_bytes(cond.vram_free_bytes)} free; {best}")
+    channels = status.get("channels") or {}
+    for name in cond.channels:
+        ch = channels.get(name)
+        if ch is None:
+            raise BadArguments(f"no channel named {name!r}; the agent knows: {', '.join(channels) or '(none)'}")
+        if not ch.get("healthy"):
+            msgs = "; ".join(f"{p}: {v.get('verdict')} ({v.get('message')})" for p, v in ch.get("protocols", {}).items())
+            out.append(f"channel {name} is not healthy: {msgs}")
+    if cond.vllm_ready:
+        state = (status.get("vllm") or {}).get("state")
+        if state != "ready":
+            out.append(f"vLLM is not ready (state: {state})")
+    return out
+
+
+def wait_until(cond: Conditions, timeout_s: float, fetch: Callable[[], dict[str, Any]],
+               poll_s: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> tuple[int, str]:
+    """Poll ``fetch()`` (a ``/v1/status`` body) until ``cond`` holds or ``timeout_s`` passes.
+
+    Returns:
+        (exit code, one line): 0 ready; 1 timed out (the line lists what is unmet); 2 the agent was unreachable
+        on the first try, or still at the deadline.
+    Raises:
+        BadArguments: unknown GPU or channel (exit code 3).
+    """
+    deadline = time.monotonic() + timeout_s
+    first = True
+    last_unreachable: AgentUnreachable | None = None
+    problems: list[str] = []
+    while True:
+        try:
+            status = fetch()
+            last_unreachable = None
+            problems = unmet(status, cond)
+            if not problems:
+                return EXIT_READY, "ready"
+        except AgentUnreachable as exc:
+            if first:
+                return EXIT_UNREACHABLE, str(exc)
+            last_unreachable = exc
+        first = False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            if last_unreachable is not None:
+                return EXIT_UNREACHABLE, str(last_unreachable)
+            return EXIT_NOT_READY, f"timed out after {timeout_s:g} s: " + "; ".join(problems)
+        sleep(min(poll_s, left))
+
+
+# --------------------------------------------------------------------------------------------- table
+
+
+def render_status(status: dict[str, Any], file: Any = None) -> None:
+    """Print ``status`` (a ``/v1/status`` body) as rich tables: channels, GPUs (free/total bars), vLLM, tools."""
+    from rich.console import Console
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    console = Console(file=file)
+    agent = status.get("agent", {})
+    console.print(f"[bold]conduit agent[/] {agent.get('state')} (pid {agent.get('pid')}, "
+                  f"up {agent.get('uptime_s', 0):.0f} s) on {agent.get('socket')}")
+
+    t = Table(title="channels", title_justify="left")
+    for col in ("channel", "protocol", "verdict", "last ms", "p50 ms", "p95 ms", "fails", "message"):
+        t.add_column(col)
+    for name, ch in (status.get("channels") or {}).items():
+        for proto, p in ch.get("protocols", {}).items():
+            lat = p.get("latency_ms", {})
+            colour = "green" if p.get("verdict") == "ok" else "yellow" if p.get("verdict") == "pending" else "red"
+            # Channel names, messages and hints come from the profile and gateways: printed as text, never markup.
+            t.add_row(esc(name), proto, f"[{colour}]{p.get('verdict')}[/]", _num(lat.get("last")),
+                      _num(lat.get("p50")), _num(lat.get("p95")), str(p.get("consecutive_failures", "")),
+                      esc((p.get("message") or "") + (f" (hint: {p['hint']})" if p.get("hint") else "")))
+    if t.row_count:
+        console.print(t)
+    else:
+        console.print(f"channels: none ({status.get('note') or 'the profile has no channels'})", markup=False)
+
+    gpus = status.get("gpus") or {}
+    g = Table(title="GPUs", title_justify="left")
+    for col in ("#", "name", "free / total", "", "util", "min free (window)", "processes"):
+        g.add_column(col)
+    for gpu in gpus.get("gpus", []):
+        total, free = gpu.get("total_bytes"), gpu.get("free_bytes")
+        bar = _bar(free, total)
+        win = gpu.get("window") or {}
+        procs = ", ".join(f"{p['pid']}{' (vLLM)' if p.get('vllm') else ''}: {fmt_bytes(p.get('used_bytes'))}"
+                          for p in gpu.get("processes", []))
+        g.add_row(str(gpu.get("index")), esc(str(gpu.get("name"))), f"{fmt_bytes(free)} / {fmt_bytes(total)}", bar,
+                  _num(gpu.get("utilization_gpu_pct"), "%"), fmt_bytes(win.get("min_free_bytes")), procs)
+    if g.row_count:
+        console.print(g)
+    else:
+        console.print(f"GPUs: none ({gpus.get('reason') or 'none reported'})", markup=False)
+
+    host = status.get("host") or {}
+    if "total_bytes" in host:
+        console.print(f"host memory: {fmt_bytes(host['available_bytes'])} available of {fmt_bytes(host['total_bytes'])}")
+    for line in vllm_lines(status.get("vllm") or {}):
+        console.print(line, markup=False, soft_wrap=True, highlight=False)
+    tools = status.get("tools") or {}
+    names = ", ".join(f"{k}: {v.get('state', v) if isinstance(v, dict) else v}" for k, v in (tools.get("tools") or {}).items())
+    console.print(f"tools: {names or tools.get('note') or '(none)'}", markup=False)
+
+
+def vllm_lines(vllm: dict[str, Any]) -> list[str]:
+    """The vLLM part of ``conduit status`` as plain lines, from a ``/v1/vllm`` body (``Supervisor.snapshot``):
+    state (since when, pid, restarts, URL, model), the last failure's reason and fix, the live numbers
+    (KV cache use, running/waiting requests, preemptions, prefix-cache hit rate, TTFT and inter-token latency
+    mean/p50/p95 in ms, prompt/generation tokens per second) and the warnings."""
+    state = vllm.get("state")
+    if state in (None, "not_configured"):
+        return ["vLLM: not_configured (add a [vllm] table to the profile)"]
+    head = f"vLLM: {state}"
+    if vllm.get("since"):
+        head += " since " + time.strftime("%H:%M:%S", time.localtime(vllm["since"]))
+    bits = []
+    if vllm.get("pid"):
+        bits.append(f"pid {vllm['pid']}" + (", adopted" if vllm.get("adopted") else ""))
+    if vllm.get("restarts"):
+        bits.append(f"restarts {vllm['restarts']}")
+    if bits:
+        head += f" ({', '.join(bits)})"
+    if vllm.get("base_url"):
+        head += f" at {vllm['base_url']}/v1, model {vllm.get('served_model_name')}"
+    if vllm.get("message"):
+        head += f" - {vllm['message']}"
+    lines = [head]
+    f = vllm.get("last_failure")
+    if f and state in ("failed", "restarting", "starting", "unhealthy"):
+        lines.append(f"  last failure: {f.get('reason')}")
+        if f.get("fix"):
+            lines.append(f"  fix: {f['fix']}")
+    m = vllm.get("metrics")
+    if m and state in ("ready", "unhealthy"):
+        live = [f"KV cache {_pct(m.get('kv_cache_usage_fraction'))}",
+                f"running {_count(m.get('requests_running'))}", f"waiting {_count(m.get('requests_waiting'))}",
+                f"preemptions {_count(m.get('preemptions_total'))}",
+                f"prefix-cache hits {_pct(m.get('prefix_cache_hit_rate'))}"]
+        lines.append("  live: " + ", ".join(live))
+        lat = []
+        for key, label in (("ttft", "TTFT"), ("itl", "inter-token")):
+            h = m.get(f"{key}_recent") or m.get(key) or {}
+            if h.get("mean_ms") is not None:
+                lat.append(f"{label} mean {_num(h['mean_ms'])} / p50 {_num(h.get('p50_ms'))} / "
+                           f"p95 {_num(h.get('p95_ms'))} ms")
+        rates = (f"tokens/s prompt {_num(m.get('prompt_tokens_per_s'))}, "
+                 f"generation {_num(m.get('generation_tokens_per_s'))} "
+                 f"(total {_count(m.get('prompt_tokens_total'))} / {_count(m.get('generation_tokens_total'))})")
+        lines.append("  " + "; ".join([*lat, rates]))
+    if state not in ("stopped", "stopping", "not_configured"):  # a stopped server's warnings are history
+        for w in (vllm.get("warnings") or [])[-5:]:
+            lines.append(f"  warning: {w}")
+    return lines
+
+
+def _count(v: float | None) -> str:
+    """Prometheus exposes counters and gauges as floats; requests and tokens are whole numbers."""
+    return "-" if v is None else f"{int(v):,}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def _num(v: float | int | None, suffix: str = "") -> str:
+    return "-" if v is None else f"{v:g}{suffix}" if isinstance(v, int) else f"{v:.1f}{suffix}"
+
+
+def _bar(free: int | None, total: int | None, width: int = 20) -> str:
+    if not free or not total:
+        return ""
+    n = round(width * free / total)
+    return "[green]" + "█" * n + "[/][dim]" + "░" * (width - n) + "[/]"
+
+
+# --------------------------------------------------------------------------------------------- commands
+
+
+SocketOpt = typer.Option(None, "--socket", help="The agent's socket (default: $XDG_RUNTIME_DIR/conduit/agent.sock).")
+
+
+@app.command("agent")
+def agent_cmd(
+    socket: Path = SocketOpt,
+    profile: str = typer.Option(None, "--profile", help="Profile file (default: the usual lookup)."),
+    probe_interval: float = typer.Option(60.0, "--probe-interval", help="Seconds between channel probes."),
+    idle_timeout: float = typer.Option(10.0, "--idle-timeout", hidden=True,
+                                       help="Close connections without a complete request after this many seconds."),
+) -> int:
+    """Run the agent in the foreground: status API on a Unix socket, channel probes, GPU sampling."""
+    from conduit.daemon.agent.server import AgentConfig, run_agent
+    from conduit.daemon.cli.app import state
+
+    return run_agent(AgentConfig(socket_path=socket, profile_path=profile or state.profile,
+                                 probe_interval_s=probe_interval,
+                                 idle_timeout_s=idle_timeout))
+
+
+@app.command("status")
+def status_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the agent's /v1/status JSON."),
+    socket: Path = SocketOpt,
+) -> int:
+    """Show channels, GPUs, vLLM and tools as the agent sees them. Exit 2 when the agent does not answer."""
+    from conduit.daemon.agent.client import AgentClient
+
+    with AgentClient(socket) as client:
+        status = client.get("/v1/status")
+    if as_json:
+        sys.stdout.write(json.dumps(status) + "\n")
+    else:
+        render_status(status)
+    return EXIT_READY
+
+
+ChannelOpt = typer.Option(None, "--channel", help="Wait for this channel to be healthy (repeatable).")
+
+
+@app.command("wait")
+def wait_cmd(
+    vram_free: str = typer.Option(None, "--vram-free", help="Wait for a GPU with this much free memory (20GiB)."),
+    gpu: str = typer.Option(None, "--gpu", help="Only this GPU (index or uuid) counts for --vram-free."),
+    channel: list[str] = ChannelOpt,
+    vllm_ready: bool = typer.Option(False, "--vllm-ready", help="Wait for the supervised vLLM to be ready."),
+    timeout: str = typer.Option("60s", "--timeout", help="Give up after this long (10m, 90s; 0 = check once)."),
+    socket: Path = SocketOpt,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; the exit code says it all."),
+) -> int:
+    """Wait until conditions hold. Exit 0 ready, 1 timed out, 2 agent unreachable, 3 bad arguments."""
+    cond = Conditions(vram_free_bytes=parse_size(vram_free) if vram_free else None, gpu=gpu,
+                      channels=tuple(channel or ()), vllm_ready=vllm_ready)
+    if gpu is not None and cond.vram_free_bytes is None:
+        raise BadArguments("--gpu only makes sense with --vram-free")
+    if cond.empty():
+        raise BadArguments("nothing to wait for: give --vram-free, --channel or --vllm-ready")
+    timeout_s = parse_duration(timeout)
+    from conduit.daemon.agent.client import AgentClient
+
+    with AgentClient(socket) as client:
+        code, line = wait_until(cond, timeout_s, lambda: client.get("/v1/status"))
+    if not quiet:
+        print(line, file=sys.stderr if code else sys.stdout)
+    return code

@@ -1,0 +1,85 @@
+"""``conduit key``: store, list and remove keys in conduit's own secrets file (thin; the work is in
+``conduit.daemon.config.keys``).
+
+``conduit key set NAME`` reads the key from stdin when stdin is not a terminal (``pass show x | conduit key set
+x``, ``conduit key set x < file``), else from a prompt that does not echo. It never takes the key as an
+argument: arguments land in shell history and in ``ps`` for every user of the machine.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from conduit.daemon.cli.app import app
+from conduit.daemon.config.keys import KEY_FILE_MAX_BYTES, key_list, key_rm, key_set, looks_like_key
+from conduit.errors import KeyError_
+
+key_app = typer.Typer(
+    name="key",
+    help="Store, list and remove keys in conduit's secrets file (~/.config/conduit/secrets.toml, mode 0600).",
+    no_args_is_help=True,
+)
+app.add_typer(key_app, name="key")
+
+
+def read_key_input(name: str) -> str:
+    """The key as the person gives it: all of stdin when it is not a terminal (at most
+    ``KEY_FILE_MAX_BYTES`` bytes), else one line from a no-echo prompt on the terminal.
+
+    Raises:
+        KeyError_: stdin holds more than ``KEY_FILE_MAX_BYTES`` bytes.
+    """
+    if sys.stdin is None or not sys.stdin.isatty():
+        data = sys.stdin.buffer.read(KEY_FILE_MAX_BYTES + 1) if sys.stdin is not None else b""
+        if len(data) > KEY_FILE_MAX_BYTES:
+            raise KeyError_(
+                f"standard input holds more than {KEY_FILE_MAX_BYTES} bytes; a key is one line",
+                hint=f"give only the key: `conduit key set {name} < KEYFILE`",
+            )
+        return data.decode("utf-8", errors="replace")
+    return getpass.getpass(f"key for `{name}` (input hidden): ")
+
+
+@key_app.command("set")
+def set_(
+    name: Annotated[str, typer.Argument(help="Secret name, used in the profile as key = { secret = \"NAME\" }.")],
+    extra: Annotated[list[str] | None, typer.Argument(hidden=True, show_default=False)] = None,
+) -> None:
+    """Store a key read from stdin (or a hidden prompt) under NAME. Never pass the key as an argument."""
+    if extra:
+        # Say nothing about the extra words: they may be the key.
+        raise KeyError_(
+            "`conduit key set` takes no key on the command line (it would land in shell history and `ps`); "
+            "nothing was stored",
+            hint=f"pipe it in (`conduit key set {name} < KEYFILE`) or run `conduit key set {name}` for a hidden "
+            "prompt, and consider the key exposed: rotate it",
+        )
+    if looks_like_key(name):
+        key_set(name, "")  # raises the unechoed "looks like an API key" error before any prompt shows the name
+    typer.echo(key_set(name, read_key_input(name)))
+
+
+@key_app.command("list")
+def list_(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """List stored key names with fingerprints (never the keys)."""
+    rows = key_list()
+    if as_json:
+        typer.echo(json.dumps({"keys": [{"name": n, "fingerprint": fp} for n, fp in rows]}))
+        return
+    if not rows:
+        typer.echo("no keys stored (add one with `conduit key set NAME`)")
+        return
+    width = max(len(name) for name, _ in rows)
+    for name, fp in rows:
+        typer.echo(f"{name:<{width}}  {fp}")
+
+
+@key_app.command("rm")
+def rm(name: Annotated[str, typer.Argument(help="Secret name to remove.")]) -> None:
+    """Remove the key stored under NAME."""
+    typer.echo(key_rm(name))

@@ -1,0 +1,183 @@
+"""``conduit plan``: the vLLM memory ledger (thin CLI over ``conduit.daemon.plan.ledger``).
+
+Exit codes: 0 the settings fit (fully or with fewer full-length sequences than max_num_seqs); 1 they do not
+fit, or the model cannot be read; 3 bad arguments (including: no GPU found and no ``--gpu-memory``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from conduit.daemon.cli.app import app
+from conduit.daemon.plan import ledger as L
+
+
+def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int] | None = None,
+             *, use_nvml: bool = True) -> dict[str, Any]:
+    """Do the work of ``conduit plan`` and return a JSON-ready dict.
+
+    Args:
+        model: model directory or HF cache name; None for the fragmentation table alone.
+        settings: ``ledger.PlanSettings`` fields (None values ignored), e.g. the profile's ``[vllm]`` section
+            merged with the flags.
+        requests: request lengths (tokens) for the fragmentation comparison, or None.
+        use_nvml: when no memory size is given on GPU, read device 0's total/free memory from NVML.
+
+    Returns: ``{"ledger": Ledger.to_dict() | None, "model": {...} | None, "gpu": {...} | None,
+    "fragmentation": Fragmentation.to_dict() | None}``.
+
+    Raises:
+        PlanArgumentError: bad settings, nothing to do, or no GPU memory size available.
+        ModelError: the model cannot be read.
+    """
+    s = {k.replace("-", "_"): v for k, v in settings.items() if v is not None}
+    out: dict[str, Any] = {"ledger": None, "model": None, "gpu": None, "fragmentation": None}
+    if model is None and requests is None:
+        raise L.PlanArgumentError("nothing to plan: give a MODEL (directory or HF cache name), or --requests",
+                                  hint="conduit plan ./my-model --gpu-memory 80GiB")
+    frag_len, frag_block = int(s.get("max_model_len") or 4096), int(s.get("block_size") or 16)
+    if model is not None:
+        info = L.inspect_model(model)
+        out["model"] = asdict(info)
+        wants_gpu = not any(s.get(k) for k in ("cpu_kvcache_space_bytes", "cpu_kv_space",
+                                                "kv_cache_memory_bytes", "gpu_memory_bytes", "gpu_memory"))
+        if wants_gpu and s.get("device", "gpu") == "gpu":
+            if not use_nvml:
+                raise L.PlanArgumentError("GPU memory size unknown", hint="pass --gpu-memory SIZE (e.g. 80GiB)")
+            gpu = L.query_gpu(0)
+            out["gpu"] = asdict(gpu)
+            if gpu.total_bytes is None:
+                raise L.PlanArgumentError(
+                    f"GPU memory size unknown ({gpu.error})",
+                    hint="pass --gpu-memory SIZE (e.g. 80GiB), or --cpu-kv-space SIZE for vLLM's CPU build")
+            s.update(gpu_memory_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, gpu_name=gpu.name)
+        led = L.plan(info, s)
+        out["ledger"] = led.to_dict()
+        frag_len, frag_block = led.max_model_len, led.block_size
+    if requests is not None:
+        out["fragmentation"] = L.fragmentation(requests, frag_len, frag_block).to_dict()
+    return out
+
+
+def _b(n: int | None) -> str:
+    return "-" if n is None else f"{L.format_bytes(n)}  ({n:,} B)"
+
+
+def render(result: Mapping[str, Any], console: Console) -> None:
+    """Print ``run_plan``'s result as rich tables (ledger, verdict and fixes, fragmentation)."""
+    led = result.get("ledger")
+    if led:
+        t = Table(title=f"vLLM memory ledger: {led['model']} ({led['device']})", show_lines=False)
+        t.add_column("item")
+        t.add_column("value", justify="right")
+        t.add_column("how")
+        if led["total_memory_bytes"] is not None:
+            t.add_row("device memory", _b(led["total_memory_bytes"]), "--gpu-memory or NVML memory.total")
+        if led["requested_bytes"] is not None:
+            t.add_row("x gpu_memory_utilization", _b(led["requested_bytes"]),
+                      f"ceil(total x {led['gpu_memory_utilization']})")
+        t.add_row("weights", _b(led["weights_bytes"]),
+                  f"{led['weights_source']}, as {led['model_dtype']}")
+        ov = led.get("overhead")
+        if ov:
+            t.add_row("overhead (estimate)", _b(ov["total_bytes"]),
+                      f"activations {L.format_bytes(ov['activation_bytes'])}, sampler "
+                      f"{L.format_bytes(ov['sampler_bytes'])}, non-torch {L.format_bytes(ov['non_torch_bytes'])}, "
+                      f"CUDA graphs {L.format_bytes(ov['cuda_graph_bytes'])}")
+        t.add_row("KV budget", _b(led["kv_budget_bytes"]), led["budget_source"])
+        t.add_row("KV bytes per token", f"{led['kv_bytes_per_token']:,} B",
+                  f"2 x layers x kv_heads x head_dim x {led['kv_dtype_bytes']} B ({led['kv_cache_dtype']})")
+        t.add_row("block", f"{led['block_size']} tokens = {L.format_bytes(led['bytes_per_block'])}",
+                  "block_size x bytes per token")
+        t.add_row("KV capacity", f"{led['num_blocks']:,} blocks = {led['kv_block_tokens']:,} tokens",
+                  "budget // bytes per block")
+        t.add_row("max concurrency", f"{led['max_concurrency']:.2f}x",
+                  f"blocks / {led['blocks_per_request']} blocks per {led['max_model_len']}-token request")
+        t.add_row("max_num_seqs / batched tokens", f"{led['max_num_seqs']} / {led['max_num_batched_tokens']}", "")
+        console.print(t)
+        console.print(f"vLLM would log: [bold]{led['vllm_log_line']}[/bold]")
+        colour = {"fits": "green", "fits_with_n": "yellow", "does_not_fit": "red"}[led["verdict"]]
+        console.print(f"[{colour}]verdict: {led['summary']}[/{colour}]")
+        for fx in led["fixes"]:
+            console.print(f"  fix: set {fx['setting']} = {fx['value']}  ({fx['reason']})")
+        for note in led["notes"]:
+            console.print(f"  note: {note}")
+    frag = result.get("fragmentation")
+    if frag:
+        t = Table(title=f"KV fragmentation at max_model_len {frag['max_model_len']}, block {frag['block_size']}")
+        t.add_column("scheme")
+        t.add_column("slots reserved", justify="right")
+        t.add_column("used by tokens", justify="right")
+        t.add_column("detail")
+        used = sum(frag["lengths"])
+        t.add_row("preallocate max_model_len", f"{frag['prealloc_slots']:,}", f"{frag['prealloc_utilization']:.1%}",
+                  f"{len(frag['lengths'])} x {frag['max_model_len']}")
+        t.add_row("paged blocks", f"{frag['paged_slots']:,}", f"{frag['paged_utilization']:.1%}",
+                  " + ".join(map(str, frag["blocks"])) + " blocks")
+        console.print(t)
+        console.print(f"  {used:,} tokens in requests of {', '.join(map(str, frag['lengths']))}")
+
+
+@app.command("plan")
+def plan_command(
+    model: str | None = typer.Argument(None, help="Model directory, or org/name in the local Hugging Face cache."),
+    gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="GPU memory total, e.g. 80GiB (default: NVML)."),
+    cpu_kv_space: str | None = typer.Option(
+        None, "--cpu-kv-space", help="vLLM CPU build: VLLM_CPU_KVCACHE_SPACE as a size, e.g. 1GiB (the KV budget)."),
+    kv_cache_memory_bytes: str | None = typer.Option(
+        None, "--kv-cache-memory-bytes", help="vLLM --kv-cache-memory-bytes: an explicit KV budget."),
+    dtype: str | None = typer.Option(None, "--dtype", help="vLLM --dtype (auto, float16, bfloat16, float32)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Default: the model's max_position_embeddings."),
+    gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="Default 0.92."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Default: vLLM's per-device default."),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens"),
+    block_size: int | None = typer.Option(None, "--block-size", help="Default 16 (GPU), 128 (CPU)."),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs (no graph memory)."),
+    requests: str | None = typer.Option(None, "--requests", help="Request lengths for the fragmentation table: 500,100,2000."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Work out vLLM's memory ledger: weights, KV cache per token, capacity, concurrency, and a verdict."""
+    settings: dict[str, Any] = {
+        "gpu_memory_bytes": gpu_memory, "cpu_kvcache_space_bytes": cpu_kv_space,
+        "kv_cache_memory_bytes": kv_cache_memory_bytes, "dtype": dtype, "kv_cache_dtype": kv_cache_dtype,
+        "max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
+        "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+        "block_size": block_size, "enforce_eager": enforce_eager or None,
+    }
+    lengths = L.parse_lengths(requests) if requests is not None else None
+    if model is None and lengths is None:
+        model, settings = _from_profile(settings)
+    result = run_plan(model, settings, lengths)
+    if json_out:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        render(result, Console())
+    if result["ledger"] and result["ledger"]["verdict"] == L.Verdict.DOES_NOT_FIT.value:
+        raise typer.Exit(1)
+
+
+def _from_profile(flags: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """With no MODEL, plan the profile's ``[vllm]`` model with its settings, the command-line flags winning.
+    Without a profile or a ``[vllm]`` table, returns (None, flags) and run_plan says what to give."""
+    from conduit.daemon.cli.app import state
+    from conduit.daemon.config.profile import load_profile
+    from conduit.errors import ConduitError
+
+    try:
+        loaded = load_profile(state.profile)
+    except ConduitError:
+        return None, flags
+    if loaded.model.vllm is None:
+        return None, flags
+    merged = L.settings_from_vllm_section(loaded.model.vllm)
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    return str(loaded.model.vllm["model"]), merged
+

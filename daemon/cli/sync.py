@@ -1,0 +1,278 @@
+"""CLI: ``conduit init | sync | doctor | use | restore`` (thin: parse, call, print, return an exit code)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape as esc
+from rich.syntax import Syntax
+from rich.table import Table
+
+from conduit.adapters.base import Env
+from conduit.adapters.registry import ADAPTERS
+from conduit.adapters.writer import BackupStore
+from conduit.daemon.cli.app import app, state
+from conduit.daemon.config import paths
+from conduit.daemon.config.profile import _did_you_mean, load_profile, use_model
+from conduit.daemon.sync.doctor import doctor as build_doctor
+from conduit.daemon.sync.engine import SyncReport, sync
+from conduit.daemon.sync.init import TEMPLATES, init_profile, starter_text
+from conduit.errors import BadArguments
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+_STYLE = {"changed": "green", "unchanged": "dim", "error": "red", "not_found": "yellow", "unsupported": "red",
+          "disabled": "dim", "in_sync": "green", "drifted": "yellow", "not_managed": "dim", "not_synced": "yellow"}
+
+
+@app.command()
+def init(
+    template: str = typer.Option("hosted", help=f"Starter profile: {', '.join(TEMPLATES)}."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing profile (a .bak copy is kept)."),
+    print_only: bool = typer.Option(False, "--print", help="Print the starter profile instead of writing it."),
+    no_discover: bool = typer.Option(False, "--no-discover", help="Do not build the profile from the tools' "
+                                     "current settings."),
+) -> int:
+    """Write a starter profile (or one proposed from the tools already configured)."""
+    if print_only:
+        sys.stdout.write(starter_text(template))  # verbatim: rich would wrap long lines and break the TOML
+        return 0
+    path = paths.profile_path(state.profile)
+    text, notes = init_profile(path, template=template, force=force, discover_tools=not no_discover)
+    out.print(f"wrote {path}")
+    for note in notes:
+        out.print(f"  {note}", markup=False)
+    if any(n.startswith("moved ") for n in notes):
+        out.print("next: `conduit sync --dry-run` to see what would change.")
+    else:
+        out.print("next: store the key with `conduit key set NAME` (reads stdin), then `conduit sync --dry-run`.")
+    return 0
+
+
+@app.command("sync")
+def sync_cmd(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the diffs; write nothing."),
+    tool: list[str] = typer.Option(None, "--tool", help="Only this tool (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+) -> int:
+    """Rewrite every tool's config from the profile (merge, never clobber). Shows a diff per tool."""
+    profile = load_profile(state.profile)
+    report = sync(profile, tools=tool or None, dry_run=dry_run)
+    if not dry_run:
+        _record_without_daemon(report)
+    if as_json:
+        out.print_json(json.dumps(report_json(report, dry_run)))
+    else:
+        _print_sync(report, dry_run)
+    return 0 if report.ok else 1
+
+
+def _record_without_daemon(report: SyncReport) -> None:
+    """Keep the state file (what `conduit status` and `doctor` read) current when no daemon owns it."""
+    from conduit.daemon.sync.state import empty_state, read_state, record_report, write_state
+    from conduit.daemon.sync.syncd import running_daemon_pid
+
+    if running_daemon_pid() is not None:
+        return  # the daemon keeps the state file; it sees these writes as its own tool-file events
+    doc = read_state() or empty_state()
+    record_report(doc, report, "conduit sync")
+    try:
+        write_state(doc)
+    except OSError:
+        pass  # the sync itself succeeded; a state directory that cannot be written is not worth failing it
+
+
+def report_json(report: SyncReport, dry_run: bool) -> dict[str, Any]:
+    """A SyncReport as JSON-able data (diffs are already masked)."""
+    return {
+        "dry_run": dry_run,
+        "ok": report.ok,
+        "notices": report.notices,
+        "tools": {
+            t.tool: {
+                "status": t.status,
+                "message": t.message,
+                "restart_hint": t.restart_hint,
+                "files": [{"label": r.label, "path": str(r.path), "changed": r.changed, "diff": r.diff,
+                           "error": r.error, "backup": str(r.backup) if r.backup else None, "notices": r.notices}
+                          for r in t.results],
+            }
+            for t in report.tools
+        },
+    }
+
+
+def _print_sync(report: SyncReport, dry_run: bool) -> None:
+    # What normalization changed in the profile is said when it matters (a dry run, or a sync that wrote),
+    # not on every no-op sync; `conduit doctor` always shows it.
+    for notice in report.notices if dry_run or report.changed else ():
+        out.print(f"[yellow]notice[/] {esc(notice)}", soft_wrap=True)
+    for t in report.tools:
+        verb = {"changed": "would change" if dry_run else "updated"}.get(t.status, t.status.replace("_", " "))
+        out.print(f"[bold]{t.display}[/]: [{_STYLE.get(t.status, 'white')}]{verb}[/]")
+        if t.message:
+            out.print(f"  {t.message}", markup=False, soft_wrap=True)
+        for r in t.results:
+            if r.diff:
+                out.print(Syntax(r.diff, "diff", theme="ansi_dark", word_wrap=True))
+            for n in r.notices:
+                out.print(f"  {r.label or r.path.name}: {n}", markup=False)
+        if t.restart_hint and not dry_run:
+            out.print(f"  [dim]restart may be needed: {esc(t.restart_hint)}[/]")
+
+
+@app.command("doctor")
+def doctor_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+    live: bool = typer.Option(False, "--live", help="Also probe every channel now, read GPU memory and processes, "
+                              "the vLLM state and its prefix-cache hit rate. Exit 0 only when all is healthy."),
+) -> int:
+    """Per tool: file found, version, in sync or drifted, higher-precedence overrides, restart needs."""
+    report = build_doctor(state.profile, Env())
+    if live:
+        from conduit.daemon.agent.live import live_report
+
+        report["live"] = live_report(state.profile)
+        report["ok"] = report["ok"] and report["live"]["ok"]
+    if as_json:
+        out.print_json(json.dumps(report, default=str))
+        return 0 if report["ok"] else 1
+    prof = report["profile"]
+    if prof.get("ok"):
+        out.print(f"profile: {esc(str(prof.get('path')))} [green]ok[/]")
+    else:
+        out.print(f"profile: [red]{esc(str(prof.get('error')))}[/]")
+    for notice in prof.get("notices") or ():
+        out.print(f"  [yellow]notice[/] {esc(notice)}", soft_wrap=True)
+    table = Table("tool", "state", "details", show_lines=False)
+    for name, t in report["tools"].items():
+        facts = t.get("facts") or {}
+        details = t.get("message") or _facts_line(name, facts)
+        table.add_row(t["display"], f"[{_STYLE.get(t['state'], 'white')}]{t['state']}[/]", esc(details or ""))
+    out.print(table)
+    for t in report["tools"].values():
+        if t.get("diff"):
+            out.print(f"[bold]{t['display']}[/] differs from the profile:")
+            out.print(Syntax(t["diff"], "diff", theme="ansi_dark", word_wrap=True))
+    for w in report["warnings"]:
+        out.print(f"[yellow]warning[/] {esc(w)}", soft_wrap=True)
+    if live:
+        _print_live(report["live"])
+    return 0 if report["ok"] else 1
+
+
+def _print_live(live: dict[str, Any]) -> None:
+    out.print(f"[bold]live checks[/] (via {'the agent' if live['source'] == 'agent' else 'direct probes'})")
+    table = Table("channel", "protocol", "verdict", "latency", "details")
+    for name, ch in (live.get("channels") or {}).items():
+        for proto, p in (ch.get("protocols") or {}).items():
+            verdict = p.get("verdict")
+            lat = (p.get("latency_ms") or {}).get("last")
+            details = p.get("message") or ""
+            if p.get("working_base"):
+                details += f" (works: {p['working_base']})"
+            table.add_row(name, proto, f"[{'green' if verdict == 'ok' else 'red'}]{verdict}[/]",
+                          f"{lat:.0f} ms" if lat is not None else "-", esc(details))
+    out.print(table)
+    gpus = live.get("gpus") or {}
+    if gpus.get("gpus"):
+        for g in gpus["gpus"]:
+            free, total = g.get("free_bytes"), g.get("total_bytes")
+            procs = ", ".join(f"{p.get('pid')}{' (vLLM)' if p.get('vllm') else ''}" for p in g.get("processes") or [])
+            out.print(f"GPU {g.get('index')} {g.get('name')}: "
+                      + (f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB" if free and total else "memory unknown")
+                      + (f"; processes: {procs}" if procs else ""))
+    else:
+        out.print(f"GPUs: none ({gpus.get('reason')})", markup=False)
+    host = live.get("host") or {}
+    if host.get("total_bytes"):
+        out.print(f"host memory: {host['available_bytes'] / 2**30:.1f} GiB available of {host['total_bytes'] / 2**30:.1f} GiB")
+    vllm = live.get("vllm") or {}
+    line = f"vLLM: {vllm.get('state')}"
+    if vllm.get("note"):
+        line += f" ({vllm['note']})"
+    out.print(line, soft_wrap=True, markup=False)
+    pc = live.get("prefix_cache")
+    if pc:
+        out.print(f"prefix-cache hit rate: {pc['hit_rate']:.0%}" + (f" (low: {pc['hint']})" if pc["low"] else ""))
+    for p in live["problems"]:
+        out.print(f"[red]problem[/] {esc(p)}", soft_wrap=True)
+    out.print("[green]live: healthy[/]" if live["ok"] else "[red]live: not healthy[/]")
+
+
+def _facts_line(name: str, facts: dict[str, Any]) -> str:
+    if name == "claude_code":
+        eff = (facts.get("effective") or {}).get("ANTHROPIC_BASE_URL") or {}
+        return f"{facts.get('file')} ({'found' if facts.get('exists') else 'missing'}); version " \
+               f"{facts.get('version') or 'unknown'}; base URL used: {eff.get('value')} ({eff.get('source')})"
+    if name == "cline":
+        return f"{facts.get('data_dir')}; generations found: {', '.join(facts.get('generations') or []) or 'none'}"
+    if name == "cc_switch":
+        return f"{facts.get('dir')}; store: {facts.get('store') or 'not installed'}" + (
+            f" (schema {facts['schema']})" if facts.get("schema") is not None else "") + (
+            "; running" if facts.get("running") else "")
+    return ""
+
+
+@app.command("use")
+def use_cmd(
+    model: str = typer.Argument(..., help="The model every tool should use."),
+    channel: str | None = typer.Option(None, "--channel", help="Also switch every tool to this channel."),
+    no_sync: bool = typer.Option(False, "--no-sync", help="Only edit the profile."),
+) -> int:
+    """Switch the model (and optionally the channel) in the profile, keeping its comments, then sync."""
+    profile, warnings = use_model(state.profile, model, channel)
+    out.print(f"profile: model = {profile.model.model}" + (f", channel = {channel}" if channel else "")
+              + f" ({profile.path})", markup=False)
+    for w in warnings:
+        out.print(f"[yellow]warning[/] {esc(w)}")
+    if no_sync:
+        return 0
+    report = sync(profile)
+    _print_sync(report, dry_run=False)
+    return 0 if report.ok else 1
+
+
+@app.command("restore")
+def restore_cmd(
+    tool: str = typer.Argument(..., help=f"Tool whose files to restore: {', '.join(ADAPTERS)}."),
+    list_only: bool = typer.Option(False, "--list", help="List the backups instead of restoring."),
+    backup_id: str | None = typer.Option(None, "--id", help="Restore this backup (default: the newest)."),
+    as_json: bool = typer.Option(False, "--json", help="With --list: machine-readable output."),
+) -> int:
+    """Restore a tool's files from conduit's backups (the restore itself is backed up, so it can be undone)."""
+    if tool not in ADAPTERS:
+        raise BadArguments(f"unknown tool `{tool}`", _did_you_mean(tool, ADAPTERS))
+    store = BackupStore(paths.backups_dir())
+    if list_only:
+        backups = store.list(tool)
+        if as_json:
+            out.print_json(json.dumps({"tool": tool, "backups": [
+                {"id": b.id, "created": b.created.isoformat(), "path": str(b.path), "size": b.size, "kind": b.kind}
+                for b in backups]}))
+            return 0
+        if not backups:
+            out.print(f"no backups for {tool} in {paths.backups_dir() / tool}")
+            return 0
+        table = Table("id", "created (UTC)", "file", "bytes")
+        table.columns[0].no_wrap = True  # the id is copied into --id
+        for b in backups:
+            table.add_row(b.id, b.created.strftime("%Y-%m-%d %H:%M:%S"), str(b.path), str(b.size))
+        out.print(table)
+        return 0
+    for p in store.restore(tool, backup_id):
+        out.print(f"restored {p}")
+    return 0
+
+
+@app.command("demo")
+def demo_cmd(keep: bool = typer.Option(False, "--keep", help="Keep the temporary HOME afterwards.")) -> int:
+    """Run the main job end to end in a throwaway HOME (real-format configs of all three tools)."""
+    from conduit.daemon.cli.demo import run_demo
+
+    return run_demo(keep=keep)

@@ -1,0 +1,515 @@
+"""The profile: the one file a person edits (``~/.config/conduit/profile.toml``).
+
+Shape (DESIGN.md, "The minimal profile"; every version of conduit accepts that file as written)::
+
+    version = 1
+    channel = "taotoken"                 # the channel every tool uses
+    model = "claude-sonnet-4-20250514"   # the model every tool uses
+    small_model = "claude-3-5-haiku-20241022"   # optional
+    on_drift = "report"                  # or "reapply" (the daemon's policy when a tool changes an owned key)
+
+    [channels.taotoken]
+    base_url = "https://taotoken.net/api"
+    protocols = ["openai", "anthropic"]
+    key = { file = "~/.config/conduit/keys/taotoken" }
+    # base_urls = { anthropic = "https://api.deepseek.com/anthropic" }   # per-protocol roots
+    # models = ["..."]; timeout = 600 (seconds); auth = "bearer" | "x-api-key"
+
+    [tools.claude_code]                  # a [tools.<name>] table turns a tool on
+    [tools.cline]
+    # enabled = false; channel = "..."; model = "..."; small_model = "..."; plus the tool's own options
+
+    [vllm]                               # optional: a local vLLM the agent supervises (docs/vllm.md)
+    model = "/models/qwen2.5-7b-instruct"
+
+A ``[vllm]`` table is validated into ``conduit.daemon.config.vllm.VllmSettings`` at load time (exposed as
+``LoadedProfile.vllm``) and gives the profile an implicit channel ``local``: base URL ``http://host:port`` of
+that server, both protocols (vLLM serves ``/v1/chat/completions`` and ``/v1/messages``), key = ``[vllm].api_key``
+(a key source table, or the literal vLLM was given) or none. A ``[channels.local]`` written by the person wins
+over the implicit one. With ``[vllm]`` the ``[channels]`` tables may be left out altogether.
+
+The file is read with tomlkit (so ``conduit use`` can edit it keeping comments and layout) and validated with
+pydantic. Every problem becomes a ``ProfileError`` naming the file, the line where it can be found, the key path
+and the fix; unknown keys get a "did you mean" hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import tomlkit
+import tomlkit.exceptions
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from conduit.adapters.base import Root
+from conduit.adapters.registry import ADAPTERS
+from conduit.daemon.config import paths
+from conduit.daemon.config.keys import KeySource, key_source_from
+from conduit.daemon.config.normalize import describe_chars, normalize_base_url
+from conduit.daemon.config.vllm import VllmSettings
+from conduit.errors import BadArguments, ProfileError
+from conduit.fileio import atomic_write
+
+ProtocolName = Literal["openai", "anthropic", "gemini"]
+
+
+def check_model_id(value: str) -> str:
+    """A model id as gateways name them: surrounding whitespace dropped; empty, inner whitespace, control or
+    invisible characters refused (they would be sent verbatim and answered 404 "model not found").
+
+    Raises:
+        ValueError: with the character named (pydantic turns it into the profile error).
+    """
+    text = value.strip()
+    if not text:
+        raise ValueError("a model id cannot be empty")
+    for pos, ch in enumerate(text):
+        if ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            raise ValueError(f"a model id cannot hold {describe_chars(ch)} (position {pos})")
+    return text
+
+
+ModelId = Annotated[str, AfterValidator(check_model_id)]
+
+
+DEFAULT_PROTOCOLS: tuple[ProtocolName, ...] = ("openai", "anthropic")
+
+
+class Channel(BaseModel):
+    """A gateway: where requests go and how they authenticate.
+
+    Attributes:
+        base_url: the gateway root as its docs give it (``https://taotoken.net/api``); normalized per DESIGN.md.
+        base_urls: per-protocol roots for gateways that serve each protocol under its own path
+            (``{anthropic = "https://api.deepseek.com/anthropic"}``); a protocol not listed uses ``base_url``.
+        protocols: the wire APIs the gateway speaks.
+        key: where the API key comes from, or absent for a gateway that needs none (a local vLLM).
+        models: optional list of model ids the gateway serves (used for checks and hints).
+        timeout: request timeout in seconds for tools that take one.
+        auth: ``bearer`` (Authorization header) or ``x-api-key``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    base_urls: dict[ProtocolName, str] = Field(default_factory=dict)
+    protocols: list[ProtocolName] = Field(default_factory=lambda: list(DEFAULT_PROTOCOLS), min_length=1)
+    key: KeySource | None = None
+    models: list[ModelId] = Field(default_factory=list)
+    timeout: float | None = Field(default=None, gt=0)
+    auth: Literal["bearer", "x-api-key"] = "bearer"
+
+
+class ToolConfig(BaseModel):
+    """One ``[tools.<name>]`` table. Keys other than the four below are the tool's own options, validated
+    by that adapter's ``Options`` model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    enabled: bool = True
+    channel: str | None = None
+    model: ModelId | None = None
+    small_model: ModelId | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The tool-specific options (every key not common to all tools)."""
+        return dict(self.model_extra or {})
+
+
+class Profile(BaseModel):
+    """The whole profile. ``version`` is 1; a future format bumps it and keeps reading 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1]
+    channel: str
+    model: ModelId
+    small_model: ModelId | None = None
+    on_drift: Literal["report", "reapply"] = "report"
+    channels: dict[str, Channel]
+    tools: dict[str, ToolConfig] = Field(default_factory=dict)
+    vllm: dict[str, Any] | None = None
+
+
+COMMON_TOOL_KEYS = ("enabled", "channel", "model", "small_model")
+
+#: The channel a ``[vllm]`` table defines unless the profile has its own ``[channels.local]``.
+LOCAL_CHANNEL = "local"
+
+
+@dataclass
+class LoadedProfile:
+    """A validated profile plus where it came from.
+
+    Attributes:
+        model: the validated profile.
+        path: the file it was read from.
+        text: the file's text (for line lookups and tomlkit edits).
+        roots: ``{channel: {protocol: Root}}`` normalized once at load time.
+        notices: what normalization changed in what the person typed, each said once, in words.
+        vllm: the validated ``[vllm]`` table, or None without one. When ``[vllm].api_key`` is a key source
+            table, ``vllm.api_key`` is None here and the source is in ``vllm_key`` (read it with
+            ``conduit.daemon.config.resolve.vllm_settings``, which returns the settings with the key filled in).
+        vllm_key: the key source of ``[vllm].api_key`` when it is a table (``{ secret = "vllm" }``), else None.
+        implicit_channels: channels conduit added to ``model.channels`` (``("local",)`` from ``[vllm]``).
+    """
+
+    model: Profile
+    path: Path
+    text: str
+    roots: dict[str, dict[str, Root]] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+    vllm: VllmSettings | None = None
+    vllm_key: KeySource | None = None
+    implicit_channels: tuple[str, ...] = ()
+
+    @property
+    def channels(self) -> dict[str, Channel]:
+        """Shortcut for ``model.channels``."""
+        return self.model.channels
+
+    def where(self, *keys: str | int) -> str:
+        """``path:line: key.path`` for error messages."""
+        return _where(self.path, self.text, keys)
+
+
+def load_profile(path: str | Path | None = None) -> LoadedProfile:
+    """Read, parse and validate the profile.
+
+    Args:
+        path: the profile file; None means ``--profile``/``CONDUIT_PROFILE``/the platformdirs default.
+    Returns:
+        the validated profile with base URLs normalized.
+    Raises:
+        ProfileError: missing or unreadable file, TOML syntax error (with line and column), unknown key (with
+            a "did you mean"), wrong type, a channel or tool that does not exist, a tool whose channel does not
+            speak the tool's protocol, a base URL that cannot be a URL.
+    """
+    p = paths.profile_path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(
+            f"{p}: no profile here", "run `conduit init` to write a starter profile, or pass --profile PATH"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{p}: cannot read the profile: {exc}", "check the file's permissions") from None
+    return parse_profile(text, p)
+
+
+def parse_profile(text: str, path: Path) -> LoadedProfile:
+    """Validate profile ``text`` read from ``path`` (see ``load_profile``)."""
+    try:
+        doc = tomlkit.parse(text)
+        data = doc.unwrap()
+    except tomlkit.exceptions.ParseError as exc:
+        raise ProfileError(
+            f"{path}:{exc.line}:{exc.col}: not valid TOML: {_toml_reason(exc)}",
+            "fix the syntax at that line; the tools were left as they are",
+        ) from None
+    except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:  # e.g. a table defined twice
+        raise ProfileError(f"{path}: not valid TOML: {exc}",
+                           "fix the file; the tools were left as they are") from None
+    if isinstance(data.get("vllm"), Mapping) and "channels" not in data:
+        data["channels"] = {}  # a profile for a local vLLM alone needs no [channels] (it has `local`)
+    try:
+        model = Profile.model_validate(data)
+    except ValidationError as exc:
+        raise _profile_error(exc, path, text, data) from None
+    loaded = LoadedProfile(model=model, path=path, text=text)
+    _load_vllm(loaded)
+    _check_references(loaded)
+    _normalize_roots(loaded)
+    return loaded
+
+
+def _toml_reason(exc: tomlkit.exceptions.ParseError) -> str:
+    # tomlkit's message ends with " at line L col C"; we print the position ourselves.
+    return re.sub(r"\s+at line \d+ col \d+$", "", str(exc))
+
+
+def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, Any]) -> ProfileError:
+    """Turn pydantic's first error into one sentence with file, line, key path, and a fix."""
+    # An unknown key explains a "missing" one (a typo of it), so report unknown keys first.
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    err = errors[0]
+    # pydantic inserts validator tags such as "function-after[...]" into locations; they are not keys.
+    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
+    keypath = ".".join(str(x) for x in loc)
+    where = _where(path, text, loc)
+    kind = err["type"]
+    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "key":
+        # key_source_from words every key-source mistake without ever quoting the value (it may be a key).
+        value = data.get("channels", {}).get(loc[1], {}).get("key")
+        key_source_from(value, where=f"{_where(path, text, loc[:3])}: channels.{loc[1]}.key")
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        allowed = _allowed_keys(parent)
+        return ProfileError(f"{where}: unknown key `{loc[-1]}`", _did_you_mean(str(loc[-1]), allowed))
+    if kind == "missing":
+        return ProfileError(f"{where}: `{keypath}` is required", _missing_hint(loc))
+    if kind == "literal_error" and loc == ("version",):
+        return ProfileError(
+            f"{where}: unsupported profile version {data.get('version')!r}",
+            "this conduit reads `version = 1`; upgrade conduit for newer profiles",
+        )
+    msg = err["msg"].removeprefix("Value error, ")
+    return ProfileError(f"{where}: `{keypath}`: {msg}", _type_hint(loc))
+
+
+def _allowed_keys(parent: Sequence[Any]) -> list[str]:
+    if not parent:
+        return list(Profile.model_fields)
+    if parent[0] == "channels" and len(parent) == 2:
+        return list(Channel.model_fields)
+    if parent[0] == "channels" and len(parent) == 3 and parent[2] == "key":
+        return list(KeySource.model_fields)
+    if parent[0] == "channels" and len(parent) == 3 and parent[2] == "base_urls":
+        return ["openai", "anthropic", "gemini"]
+    return []
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean `{close[0]}`?"
+    choices = sorted(choices)
+    return f"valid keys here: {', '.join(choices)}" if choices else "remove it"
+
+
+def _channel_hint(name: str, channels: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(channels), n=1, cutoff=0.6)
+    defined = ", ".join(channels) or "none"
+    return (f"did you mean `{close[0]}`? " if close else "") + f"channels defined: {defined}"
+
+
+def _missing_hint(loc: Sequence[Any]) -> str:
+    if loc == ("channels",):
+        return 'add a [channels.NAME] table with base_url = "https://..."'
+    if loc in (("channel",), ("model",)):
+        return f'add `{loc[0]} = "..."` at the top of the profile'
+    return "add it, or see the starter profiles (`conduit init --print`)"
+
+
+def _type_hint(loc: Sequence[Any]) -> str | None:
+    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "key":
+        return 'write the key source as key = { file = "~/path" } (or env/command/secret), never the key itself'
+    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "protocols":
+        return 'protocols = ["openai", "anthropic"] (one or both)'
+    return None
+
+
+def _load_vllm(loaded: LoadedProfile) -> None:
+    """Validate ``[vllm]`` into ``loaded.vllm`` and add the implicit ``local`` channel (see the module doc).
+
+    Raises:
+        ProfileError: ``path:line: `vllm.<key>`: ...`` for the first bad key (unknown keys first, with a
+            "did you mean"); a key written as itself is accepted only in ``api_key`` (vLLM needs it).
+    """
+    table = loaded.model.vllm
+    if table is None:
+        return
+    table = dict(table)
+    api_key = table.get("api_key")
+    if isinstance(api_key, Mapping):
+        loaded.vllm_key = key_source_from(api_key, where=f"{loaded.where('vllm', 'api_key')}: vllm.api_key")
+        del table["api_key"]
+    try:
+        loaded.vllm = VllmSettings.model_validate(table)
+    except ValidationError as exc:
+        raise _vllm_error(exc, loaded) from None
+    if LOCAL_CHANNEL not in loaded.model.channels:
+        loaded.model.channels[LOCAL_CHANNEL] = Channel(
+            base_url=loaded.vllm.base_url, protocols=["openai", "anthropic"], key=loaded.vllm_key,
+            models=[loaded.vllm.name],
+        )
+        loaded.implicit_channels = (LOCAL_CHANNEL,)
+
+
+def _vllm_error(exc: ValidationError, loaded: LoadedProfile) -> ProfileError:
+    """pydantic's first error in ``[vllm]`` as one sentence with file, line, key path and a fix."""
+    from conduit.daemon.config.vllm import RestartPolicy, Speculative
+
+    err = sorted(exc.errors(include_input=False), key=lambda e: e["type"] != "extra_forbidden")[0]
+    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
+    keys = ("vllm", *loc)
+    where = loaded.where(*keys)
+    keypath = ".".join(str(k) for k in keys)
+    if err["type"] == "extra_forbidden":
+        model: type[BaseModel] = {"restart": RestartPolicy, "speculative": Speculative}.get(
+            str(loc[0]) if len(loc) > 1 else "", VllmSettings)
+        return ProfileError(f"{where}: unknown key `{keypath}`", _did_you_mean(str(loc[-1]), model.model_fields))
+    if err["type"] == "missing":
+        return ProfileError(f"{where}: `{keypath}` is required",
+                            'a [vllm] table needs at least model = "/path/to/model" (or a hub name)')
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return ProfileError(f"{where}: `{keypath}`: {msg}", "see the [vllm] keys in docs/vllm.md")
+
+
+def _check_references(loaded: LoadedProfile) -> None:
+    """Cross-key checks pydantic cannot express: names that must exist, protocols that must match."""
+    prof = loaded.model
+    if prof.channel not in prof.channels:
+        hint = _channel_hint(prof.channel, prof.channels)
+        if prof.channel == LOCAL_CHANNEL:
+            hint = "the `local` channel comes from a [vllm] table (or write [channels.local] yourself); " + hint
+        raise ProfileError(f"{loaded.where('channel')}: channel `{prof.channel}` is not defined", hint)
+    for name, tool in prof.tools.items():
+        adapter = ADAPTERS.get(name)
+        if adapter is None:
+            raise ProfileError(f"{loaded.where('tools', name)}: unknown tool `{name}`", _did_you_mean(name, ADAPTERS))
+        channel = tool.channel or prof.channel
+        if channel not in prof.channels:
+            raise ProfileError(
+                f"{loaded.where('tools', name, 'channel')}: channel `{channel}` is not defined",
+                _channel_hint(channel, prof.channels),
+            )
+        if adapter.protocol not in prof.channels[channel].protocols:
+            raise ProfileError(
+                f"{loaded.where('tools', name)}: {adapter.display_name} speaks the {adapter.protocol} protocol, "
+                f"but channel `{channel}` lists only {prof.channels[channel].protocols}",
+                f"add \"{adapter.protocol}\" to channels.{channel}.protocols if the gateway serves it, "
+                f"or set tools.{name}.channel to a channel that does",
+            )
+        _check_options(loaded, name, tool)
+
+
+def _check_options(loaded: LoadedProfile, name: str, tool: ToolConfig) -> None:
+    adapter = ADAPTERS[name]
+    try:
+        adapter.Options.model_validate(tool.options())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ("tools", name, *err["loc"])
+        if err["type"] == "extra_forbidden":
+            allowed = [*COMMON_TOOL_KEYS, *adapter.Options.model_fields]
+            raise ProfileError(
+                f"{loaded.where(*loc)}: unknown key `{err['loc'][-1]}` for {adapter.display_name}",
+                _did_you_mean(str(err["loc"][-1]), allowed),
+            ) from None
+        raise ProfileError(f"{loaded.where(*loc)}: `{'.'.join(map(str, loc))}`: {err['msg']}") from None
+
+
+def _normalize_roots(loaded: LoadedProfile) -> None:
+    for cname, ch in loaded.model.channels.items():
+        roots: dict[str, Root] = {}
+        for proto in ch.protocols:
+            keys: tuple[str, ...]
+            if proto in ch.base_urls:
+                raw, keys = ch.base_urls[proto], ("channels", cname, "base_urls", proto)
+            else:
+                raw, keys = ch.base_url, ("channels", cname, "base_url")
+            norm = normalize_base_url(raw, where=f"{loaded.where(*keys)}: {'.'.join(keys)}")
+            roots[proto] = norm.root
+            for notice in norm.notices:
+                text = f"channels.{cname}: {notice}"
+                if text not in loaded.notices:
+                    loaded.notices.append(text)
+        loaded.roots[cname] = roots
+
+
+def save_profile(path: Path, text: str, *, validate: bool = True) -> LoadedProfile | None:
+    """Write profile ``text`` to ``path`` atomically (temp file, fsync, rename), keeping the file's mode.
+
+    Args:
+        validate: parse and validate first; an invalid text raises ProfileError and nothing is written.
+    Returns:
+        the validated profile, or None when ``validate`` is false.
+    """
+    loaded = parse_profile(text, path) if validate else None
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    try:
+        atomic_write(path, text.encode("utf-8"), mode)
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot write the profile: {exc.strerror}",
+                           "check that the directory is writable; the old profile is unchanged") from None
+    return loaded
+
+
+def use_model(path: str | Path | None, model: str, channel: str | None = None) -> tuple[LoadedProfile, list[str]]:
+    """Set the profile's active ``model`` (and ``channel``) with tomlkit, keeping comments and layout.
+
+    Returns:
+        (the saved profile, warnings such as "model not in channels.X.models").
+    Raises:
+        ProfileError: unreadable/invalid profile, or a channel that does not exist; nothing is written.
+    """
+    try:
+        model = check_model_id(model)
+    except ValueError as exc:
+        raise BadArguments(f"model {model!r}: {exc}", "give the model id exactly as the gateway lists it") from None
+    loaded = load_profile(path)
+    doc = tomlkit.parse(loaded.text)
+    if channel is not None:
+        if channel not in loaded.model.channels:
+            raise BadArguments(f"channel `{channel}` is not defined in {loaded.path}",
+                               _channel_hint(channel, loaded.model.channels))
+        doc["channel"] = channel
+    doc["model"] = model
+    new = save_profile(loaded.path, tomlkit.dumps(doc))
+    assert new is not None
+    warnings = []
+    models = new.model.channels[new.model.channel].models
+    if models and model not in models:
+        warnings.append(f"`{model}` is not in channels.{new.model.channel}.models ({', '.join(models)}); "
+                        "the gateway may answer 404 for it")
+    return new, warnings
+
+
+# --- line lookup -------------------------------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
+
+
+def _split_dotted(s: str) -> list[str]:
+    return [part.strip().strip("\"'") for part in re.findall(r"""(?:"[^"]*"|'[^']*'|[^.]+)""", s)]
+
+
+def _where(path: Path, text: str, keys: Sequence[Any]) -> str:
+    """``path:line: `` for the line that defines ``keys`` (the deepest part found), or ``path: `` when the
+    key is not written in the file (a missing key)."""
+    line = find_line(text, [str(k) for k in keys])
+    return f"{path}:{line}" if line else f"{path}"
+
+
+def find_line(text: str, keys: Sequence[str]) -> int | None:
+    """1-based line where the key path ``keys`` is written, or where its nearest written parent is.
+
+    Understands ``[a.b]`` tables, ``a.b = ...`` dotted keys and ``key = {...}`` inline tables (the line of
+    ``key``). Returns None when no part of the path is written.
+    """
+    best: tuple[int, int] | None = None  # (matched depth, line)
+    table: list[str] = []
+    for no, raw in enumerate(text.splitlines(), start=1):
+        m = _HEADER.match(raw)
+        if m:
+            table = _split_dotted(m.group(1))
+            depth = _prefix_len(table, keys)
+            if depth == len(table) and (best is None or depth > best[0]):
+                best = (depth, no)
+            continue
+        k = _KEY.match(raw)
+        if not k:
+            continue
+        full = table + _split_dotted(k.group(1))
+        depth = _prefix_len(full, keys)
+        if depth == len(full) and (best is None or depth > best[0]):
+            best = (depth, no)
+    return best[1] if best else None
+
+
+def _prefix_len(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,122 @@
+"""From a validated profile to what each adapter receives: the channel's roots, its cleaned key, the model.
+
+Key sources may run commands (``pass show ...``), so each channel's key is read once per ``Resolver``.
+
+The implicit ``local`` channel of a ``[vllm]`` table (``conduit.daemon.config.profile``) resolves like any other; when
+``[vllm].api_key`` is written as the key itself (not a key source), that value is the channel's key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr
+
+from conduit.adapters.base import AuthStyle, Root, ToolSettings
+from conduit.adapters.registry import ADAPTERS
+from conduit.daemon.config.keys import read_key
+from conduit.daemon.config.profile import LoadedProfile
+from conduit.daemon.config.vllm import VllmSettings
+from conduit.errors import KeyError_
+
+
+@dataclass(frozen=True)
+class ResolvedChannel:
+    """A channel ready to use.
+
+    Attributes:
+        name: the channel's name in the profile.
+        roots: one normalized ``Root`` per protocol the channel speaks (keys ``openai``/``anthropic``).
+        key: the cleaned API key, or None when the channel has no key source. Never printed: see fingerprint().
+        auth: ``bearer`` or ``x-api-key``.
+        timeout_s: request timeout in seconds, or None.
+        notices: what key cleaning changed ("removed a trailing line break"), without the key.
+    """
+
+    name: str
+    roots: dict[str, Root]
+    key: str | None = field(repr=False)
+    auth: AuthStyle
+    timeout_s: float | None
+    notices: tuple[str, ...] = ()
+
+
+class Resolver:
+    """Resolves channels and tool settings for one profile, reading each channel's key at most once.
+
+    Args:
+        profile: the loaded profile.
+        environ: environment for ``env`` key sources (default: the process environment).
+    """
+
+    def __init__(self, profile: LoadedProfile, environ: Mapping[str, str] | None = None) -> None:
+        self.profile = profile
+        self.environ = environ
+        self._channels: dict[str, ResolvedChannel | KeyError_] = {}
+
+    def channel(self, name: str) -> ResolvedChannel:
+        """The resolved channel ``name``. Raises KeyError_ when its key source fails (cached per Resolver)."""
+        if name not in self._channels:
+            try:
+                self._channels[name] = self._resolve(name)
+            except KeyError_ as exc:
+                self._channels[name] = exc
+        got = self._channels[name]
+        if isinstance(got, KeyError_):
+            raise got
+        return got
+
+    def _resolve(self, name: str) -> ResolvedChannel:
+        ch = self.profile.model.channels[name]
+        key: str | None = None
+        notices: tuple[str, ...] = ()
+        if ch.key is not None:
+            cleaned = read_key(ch.key, environ=self.environ)
+            key, notices = cleaned.key, tuple(f"channels.{name}.key: {n}" for n in cleaned.notices)
+        elif name in self.profile.implicit_channels and self.profile.vllm and self.profile.vllm.api_key:
+            key = self.profile.vllm.api_key.get_secret_value()  # as vLLM was given it (VLLM_API_KEY)
+        return ResolvedChannel(name=name, roots=self.profile.roots[name], key=key, auth=ch.auth,
+                               timeout_s=ch.timeout, notices=notices)
+
+    def tool_channel_name(self, tool: str) -> str:
+        """The channel a tool uses: its own ``channel`` override, else the profile's."""
+        cfg = self.profile.model.tools.get(tool)
+        return (cfg.channel if cfg and cfg.channel else None) or self.profile.model.channel
+
+    def tool_settings(self, tool: str) -> ToolSettings:
+        """The ``ToolSettings`` for ``tool``. Raises KeyError_ when the channel's key cannot be read."""
+        prof = self.profile.model
+        cfg = prof.tools[tool]
+        adapter = ADAPTERS[tool]
+        ch = self.channel(self.tool_channel_name(tool))
+        return ToolSettings(
+            tool=tool,
+            channel=ch.name,
+            root=ch.roots[adapter.protocol],
+            key=ch.key,
+            auth=ch.auth if adapter.protocol == "anthropic" else "bearer",
+            model=cfg.model or prof.model,
+            small_model=cfg.small_model or prof.small_model,
+            timeout_s=ch.timeout_s,
+            options=cfg.options(),
+        )
+
+
+def resolve_channel(profile: LoadedProfile, name: str, *, environ: Mapping[str, str] | None = None) -> ResolvedChannel:
+    """Resolve one channel (convenience for the agent's prober and ``conduit bench``). Raises KeyError_."""
+    return Resolver(profile, environ).channel(name)
+
+
+def vllm_settings(profile: LoadedProfile, *, environ: Mapping[str, str] | None = None) -> VllmSettings | None:
+    """The profile's ``[vllm]`` settings ready to launch with: ``api_key`` read from its key source when
+    ``[vllm].api_key`` is one (``{ secret = "vllm" }``). None when the profile has no ``[vllm]`` table.
+
+    Raises:
+        KeyError_: the key source cannot be read (names the source, never the key).
+    """
+    settings = profile.vllm
+    if settings is None or profile.vllm_key is None:
+        return settings
+    cleaned = read_key(profile.vllm_key, environ=environ)
+    return settings.model_copy(update={"api_key": SecretStr(cleaned.key)})

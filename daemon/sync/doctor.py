@@ -1,0 +1,112 @@
+"""``conduit doctor``: per tool, is its file found, which version, is it in sync, and who overrides conduit.
+
+Read-only: it runs a dry-run sync to tell "in sync" from "drifted" and asks each adapter's ``inspect`` for
+facts. Keys appear only as fingerprints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conduit.adapters.base import Env
+from conduit.adapters.registry import ADAPTERS
+from conduit.daemon.config.profile import LoadedProfile, load_profile
+from conduit.daemon.sync.engine import sync
+from conduit.errors import ConduitError
+
+_STATE = {"changed": "drifted", "unchanged": "in_sync"}
+
+
+def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> dict[str, Any]:
+    """Build the doctor report.
+
+    Returns:
+        ``{"ok": bool, "profile": {...}, "tools": {name: {...}}, "warnings": [str]}``; each tool has
+        ``managed`` (a [tools.<name>] table exists), ``state`` (in_sync / drifted / not_found / unsupported /
+        error / disabled / not_managed), ``diff`` (masked), ``message``, ``restart_hint`` and ``facts``.
+    """
+    env = env or Env()
+    report: dict[str, Any] = {"ok": True, "profile": {}, "tools": {}, "warnings": []}
+    profile: LoadedProfile | None = None
+    try:
+        profile = load_profile(profile_path)
+        report["profile"] = {"path": str(profile.path), "ok": True, "notices": profile.notices}
+    except ConduitError as exc:
+        report["ok"] = False
+        report["profile"] = {"path": str(profile_path or ""), "ok": False, "error": str(exc)}
+    sync_reports = {}
+    if profile is not None:
+        try:
+            sync_reports = {t.tool: t for t in sync(profile, dry_run=True, env=env).tools}
+        except ConduitError as exc:
+            report["ok"] = False
+            report["warnings"].append(str(exc))
+        report["warnings"] += _key_source_warnings(profile)
+    for name, adapter in ADAPTERS.items():
+        entry: dict[str, Any] = {"display": adapter.display_name, "managed": name in sync_reports}
+        tr = sync_reports.get(name)
+        if tr is None:
+            entry["state"] = "not_managed"
+        else:
+            entry["state"] = _STATE.get(tr.status, tr.status)
+            if tr.status == "changed" and all(r.diff.startswith("--- /dev/null") for r in tr.results if r.changed):
+                entry["state"] = "not_synced"  # files conduit would create: never synced yet, not drifted
+            entry["diff"] = "\n".join(r.diff for r in tr.results if r.diff)
+            entry["message"] = tr.message
+            entry["restart_hint"] = adapter.restart_hint
+            if entry["state"] in ("drifted", "not_synced", "error", "unsupported"):
+                report["ok"] = False
+        try:
+            entry["facts"] = adapter.inspect(env)
+        except Exception as exc:  # inspect is best effort; doctor must never crash on a tool's odd file
+            entry["facts"] = {"error": f"{type(exc).__name__}: {exc}"}
+        report["tools"][name] = entry
+        report["warnings"] += _override_warnings(name, entry["facts"])
+    _daemon_facts(report)
+    return report
+
+
+def _daemon_facts(report: dict[str, Any]) -> None:
+    """Add what the sync daemon's state file says (``report["daemon"]``, per tool ``restart_needed`` and
+    ``drift``) and warnings for a profile error the daemon holds, drift, and tools to restart."""
+    from conduit.daemon.sync.state import profile_error, read_state, tool_facts
+    from conduit.daemon.sync.syncd import running_daemon_pid
+
+    doc = read_state()
+    pid = running_daemon_pid()
+    report["daemon"] = {"running": pid is not None, "pid": pid,
+                        "last_sync": (doc or {}).get("last_sync"), "profile_error": profile_error(doc)}
+    if pid is not None and profile_error(doc):
+        report["warnings"].append(f"the daemon (pid {pid}) keeps the last good profile in force: "
+                                  f"{profile_error(doc)}")
+    for name, facts in tool_facts(doc).items():
+        entry = report["tools"].get(name)
+        if entry is None:
+            continue
+        entry["restart_needed"] = facts.restart_needed
+        entry["drift"] = facts.drift
+        if facts.drift:
+            report["warnings"].append(f"{name}: an owned key was changed behind conduit's back at "
+                                      f"{facts.drift.get('detected_at')} (on_drift = {facts.drift.get('policy')})")
+        if facts.restart_needed and facts.last_change_at:
+            report["warnings"].append(f"{name}: changed at {facts.last_change_at}; {facts.restart_hint}")
+
+
+def _override_warnings(tool: str, facts: dict[str, Any]) -> list[str]:
+    out = []
+    for var, eff in (facts.get("effective") or {}).items():
+        if eff.get("overrides_conduit"):
+            out.append(f"{tool}: {var} = {eff.get('value')} comes from {eff.get('source')}: {eff.get('why')}")
+    if facts.get("auth_conflict"):
+        out.append(f"{tool}: both ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY are set; a sync keeps only one")
+    return out
+
+
+def _key_source_warnings(profile: LoadedProfile) -> list[str]:
+    out = []
+    for name, ch in profile.model.channels.items():
+        if ch.key is not None and ch.key.env:
+            out.append(f"channels.{name}.key reads the environment variable {ch.key.env}: a systemd service "
+                       "does not see shell exports; use a key file or `conduit key set` for the daemon")
+    return out

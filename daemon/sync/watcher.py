@@ -1,0 +1,183 @@
+"""File watching for the sync daemon: watchdog (inotify on Linux) on the *directories* of the files that matter.
+
+Watching a directory, not the file, is what makes every way of saving work (DESIGN.md, issue 3):
+
+- vim (``backupcopy=no``) and JetBrains rename the old file away and write a new one: the watch on the old
+  inode would go silent, the directory watch sees ``moved``/``created``;
+- VS Code and ``sed -i`` write a temp file and rename it over the original: ``moved`` with ``dest_path`` = the file;
+- ``> file`` then ``write`` (truncate + write) gives ``modified`` and ``closed`` (IN_CLOSE_WRITE) on the file;
+- SQLite commits (CC Switch) give ``modified`` on the database (and its ``-wal`` file in WAL mode).
+
+Only write-side events are subscribed (created, modified, moved, deleted, closed-after-write): the daemon's own
+reads of the files it watches (IN_OPEN, IN_CLOSE_NOWRITE) would otherwise wake it up after every sync. A watched
+file whose directory does not exist yet is watched through its nearest existing ancestor, so a tool installed
+later (``~/.cline`` created) is noticed. Nothing here polls: with watchdog >= 5 the observer's threads block on
+inotify and on a queue, so an idle daemon does not wake up.
+
+The watcher only says *which watched file* changed; debouncing and deciding what a change means is the daemon's
+job (``conduit.daemon.sync.syncd``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver, ObservedWatch
+
+log = logging.getLogger("conduit.watcher")
+
+#: The event types subscribed to (watchdog turns this list into the inotify mask: no IN_OPEN/IN_ACCESS).
+EVENT_FILTER: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent,
+    DirCreatedEvent, DirMovedEvent, DirDeletedEvent,
+]
+
+#: Suffixes of companion files whose change is a change of the main file (SQLite's write-ahead log).
+COMPANION_SUFFIXES = ("-wal",)
+
+
+def _norm(path: str | os.PathLike[str]) -> str:
+    return os.path.normpath(os.path.abspath(os.fspath(path)))
+
+
+def nearest_existing_dir(path: Path) -> Path:
+    """The deepest existing directory at or above ``path.parent`` (``/`` at worst)."""
+    d = path.parent
+    while not d.is_dir() and d != d.parent:
+        d = d.parent
+    return d
+
+
+class Watcher:
+    """Watches the directories of a set of files and calls ``on_change(file)`` for each event that touches one.
+
+    Args:
+        on_change: called from watchdog's thread with the watched file's path (as given to ``watch``) for
+            every write-side event naming it (as source or destination of a rename), or naming a missing
+            directory on the way to it. Must be quick and thread-safe (the daemon puts it on a queue).
+
+    Example::
+
+        w = Watcher(lambda p: q.put(p))
+        w.watch([profile, keyfile, claude_settings])
+        w.start()
+        ...
+        w.stop()
+    """
+
+    def __init__(self, on_change: Callable[[Path], None]) -> None:
+        self._on_change = on_change
+        self._observer: BaseObserver = Observer()
+        self._lock = threading.Lock()
+        # normalized path of interest -> the watched files an event on it concerns
+        self._interest: dict[str, tuple[Path, ...]] = {}
+        self._watches: dict[str, ObservedWatch] = {}
+        self._handler = _Handler(self)
+        self._started = False
+
+    @property
+    def directories(self) -> list[Path]:
+        """The directories currently watched (sorted)."""
+        with self._lock:
+            return sorted(Path(d) for d in self._watches)
+
+    def watch(self, files: Iterable[Path] | Mapping[Path, object]) -> None:
+        """Watch exactly these files from now on (replaces the previous set).
+
+        Each file is matched by its path and, when it is a symlink, by its resolved path too (so the
+        directory holding the real file is watched as well). Directories no longer needed are unwatched.
+        """
+        interest: dict[str, list[Path]] = {}
+        dirs: set[str] = set()
+        for f in files:
+            f = Path(f)
+            names = {_norm(f)}
+            try:
+                names.add(_norm(os.path.realpath(f)))
+            except OSError:
+                pass
+            for name in names:
+                p = Path(name)
+                for candidate in (name, *(name + s for s in COMPANION_SUFFIXES)):
+                    interest.setdefault(candidate, []).append(f)
+                if p.parent.is_dir():
+                    dirs.add(_norm(p.parent))
+                else:
+                    anchor = nearest_existing_dir(p)
+                    dirs.add(_norm(anchor))
+                    # the first missing directory below the anchor: its creation is the event to wait for
+                    rel = p.relative_to(anchor).parts
+                    interest.setdefault(_norm(anchor / rel[0]), []).append(f)
+        with self._lock:
+            self._interest = {k: tuple(dict.fromkeys(v)) for k, v in interest.items()}
+            for d in list(self._watches):
+                if d not in dirs:
+                    try:
+                        self._observer.unschedule(self._watches.pop(d))
+                    except (KeyError, OSError):
+                        pass
+            for d in sorted(dirs - set(self._watches)):
+                try:
+                    self._watches[d] = self._observer.schedule(self._handler, d, recursive=False,
+                                                               event_filter=EVENT_FILTER)
+                except OSError as exc:  # a directory removed meanwhile, or out of inotify watches
+                    log.warning("cannot watch %s: %s", d, exc.strerror or exc)
+
+    def start(self) -> None:
+        """Start watchdog's threads (idempotent)."""
+        if not self._started:
+            self._observer.start()
+            self._started = True
+
+    def stop(self) -> None:
+        """Stop and join watchdog's threads."""
+        if self._started:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._started = False
+
+    def _dispatch(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path]
+        dest = getattr(event, "dest_path", "")
+        if dest:
+            paths.append(dest)
+        hit: list[Path] = []
+        with self._lock:
+            interest = self._interest
+            for p in paths:
+                hit.extend(interest.get(_norm(os.fsdecode(p)), ()))
+            watched_dir = event.is_directory and _norm(os.fsdecode(event.src_path)) in self._watches
+        if watched_dir and isinstance(event, DirDeletedEvent):
+            # the watched directory itself went away: report its files so the daemon re-watches
+            d = _norm(os.fsdecode(event.src_path))
+            hit.extend(f for k, fs in interest.items() if os.path.dirname(k) == d for f in fs)
+        for f in dict.fromkeys(hit):
+            self._on_change(f)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: Watcher) -> None:
+        self._watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        try:
+            self._watcher._dispatch(event)
+        except Exception:  # never kill watchdog's thread
+            log.exception("error handling %s", event)
