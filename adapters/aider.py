@@ -23,9 +23,19 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import (
+    AdapterDefaults,
+    ClientView,
+    Effective,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.masking import shown
 from conduit.adapters.textformats import parse_yaml, read_dotenv, tool_version, yaml_target
-from conduit.redact import fingerprint
 
 SECRETS = ("openai-api-key",)
 ENV_OVERRIDES = {"openai-api-base": "AIDER_OPENAI_API_BASE", "model": "AIDER_MODEL",
@@ -56,15 +66,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return dict(doc)
 
 
-class Aider:
+class Aider(AdapterDefaults):
     """Adapter for Aider's home YAML config."""
 
     name: ClassVar[str] = "aider"
     display_name: ClassVar[str] = "Aider"
-    protocol: ClassVar = "openai"
-    owned_keys: ClassVar = ("~/.aider.conf.yml: openai-api-base, openai-api-key, model, weak-model",)
-    restart_hint: ClassVar = "restart Aider: it reads its configuration at start-up"
+    protocol: ClassVar[Protocol_] = "openai"
+    owned_keys: ClassVar[tuple[str, ...]] = ("~/.aider.conf.yml: openai-api-base, openai-api-key, model, weak-model",)
+    restart_hint: ClassVar[str | None] = "restart Aider: it reads its configuration at start-up"
     Options: ClassVar[type[BaseModel]] = AiderOptions
+    env_vars: ClassVar[tuple[str, ...]] = tuple(ENV_OVERRIDES.values())
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One YAML target with the owned keys; everything else in the file is kept."""
@@ -86,7 +97,7 @@ class Aider:
 
         return [yaml_target(path, transform, secret_keys=SECRETS, label=path.name)]
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: owned values and the higher layers (project YAML, AIDER_* in env or .env files)."""
         path = conf_path(env)
         doc = _read_yaml(path)
@@ -98,27 +109,43 @@ class Aider:
                 pass
         project = env.cwd / ".aider.conf.yml"
         pdoc = _read_yaml(project) if project != path and project.exists() else {}
-        effective: dict[str, Any] = {}
-        for key, var in ENV_OVERRIDES.items():
-            mask = fingerprint if key in SECRETS else (lambda v: v)
-            hits = [(str(p), vals[var]) for p, vals in dotenvs.items() if var in vals]
-            if hits:
-                src, val = hits[-1]
-                effective[key] = {"value": mask(val), "source": src, "overrides_conduit": True,
-                                  "why": f"{var} in a .env file outranks every .aider.conf.yml"}
-            elif env.get(var) is not None:
-                effective[key] = {"value": mask(env.get(var)), "source": "shell environment",
-                                  "overrides_conduit": True, "why": f"{var} outranks every .aider.conf.yml"}
-            elif key in pdoc:
-                effective[key] = {"value": mask(str(pdoc[key])), "source": str(project), "overrides_conduit": True,
-                                  "why": "a project .aider.conf.yml ranks above the home one"}
-            else:
-                effective[key] = {"value": mask(str(doc[key])) if key in doc else None,
-                                  "source": str(path) if key in doc else None, "overrides_conduit": False,
-                                  "why": "conduit's ~/.aider.conf.yml" if key in doc else "not set"}
-        return {"file": str(path), "exists": path.exists(),
-                "mode": oct(path.stat().st_mode & 0o777) if path.exists() else None,
-                "version": tool_version("aider"), "effective": effective}
+        effective = {key: _effective(key, var, env, dotenvs, (project, pdoc), (path, doc))
+                     for key, var in ENV_OVERRIDES.items()}
+        details = {"file": str(path), "exists": path.exists(),
+                   "mode": oct(path.stat().st_mode & 0o777) if path.exists() else None,
+                   "version": tool_version("aider")}
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
+                         effective=effective)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Aider's litellm client sends: ``openai-api-base``, ``openai-api-key`` and the model after
+        litellm's ``openai/`` routing prefix; None unless the model has that prefix."""
+        path = conf_path(env)
+        doc = _read_yaml(path)
+        model = str(doc.get("model") or "")
+        if not doc.get("openai-api-base") or not model.startswith("openai/"):
+            return None
+        return ClientView(str(doc["openai-api-base"]), str(doc.get("openai-api-key") or ""),
+                          model.removeprefix("openai/"), key_files=(path,))
+
+
+def _effective(key: str, var: str, env: Env, dotenvs: dict[Path, dict[str, str]],
+               project: tuple[Path, dict[str, Any]], home: tuple[Path, dict[str, Any]]) -> Effective:
+    """Where Aider takes ``key`` from: ``var`` in a .env file, then in the shell, then a project YAML."""
+    secret = key in SECRETS
+    hits = [(str(p), vals[var]) for p, vals in dotenvs.items() if var in vals]
+    if hits:
+        src, val = hits[-1]
+        return Effective(shown(val, secret=secret), src, True, f"{var} in a .env file outranks every .aider.conf.yml")
+    if env.get(var) is not None:
+        return Effective(shown(env.get(var), secret=secret), "shell environment", True,
+                         f"{var} outranks every .aider.conf.yml")
+    (ppath, pdoc), (path, doc) = project, home
+    if key in pdoc:
+        return Effective(shown(str(pdoc[key]), secret=secret), str(ppath), True,
+                         "a project .aider.conf.yml ranks above the home one")
+    return Effective(shown(str(doc[key]), secret=secret) if key in doc else None, str(path) if key in doc else None,
+                     False, "conduit's ~/.aider.conf.yml" if key in doc else "not set")
 
 
 __all__ = ["Aider", "AiderOptions", "conf_path"]

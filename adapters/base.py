@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-Protocol_ = Literal["openai", "anthropic", "gemini"]
+from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
+
+__all__ = [
+    "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "ClientView", "Effective", "Env", "NoOptions", "NotFound",
+    "Proposal", "Protocol_", "Root", "SqliteTarget", "Target", "TextTarget", "ToolFacts", "ToolSettings",
+    "Unsupported",
+]
 
 # Written in place of a key for a channel that needs none (a local vLLM without --api-key): the tools'
 # SDKs refuse an empty key, and such a server accepts any.
@@ -172,8 +178,17 @@ class SqliteTarget:
 Target = TextTarget | SqliteTarget
 
 
+class NoOptions(BaseModel):
+    """Options model for a tool with no options of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Adapter(Protocol):
-    """What every tool module provides (see ``conduit.adapters.registry``).
+    """What every tool module provides (see ``conduit.adapters.registry``); checked by mypy on the registry.
+
+    Everything outside the adapter (the registry's names, ``conduit init``'s discovery, doctor's details, the
+    variables the tests clear, the shared OpenAI field cases) comes from these declarations.
 
     Attributes:
         name: registry key, also the ``[tools.<name>]`` table name in the profile.
@@ -182,26 +197,54 @@ class Adapter(Protocol):
         owned_keys: the keys this adapter owns, for docs and doctor (e.g. ``env.ANTHROPIC_BASE_URL``).
         restart_hint: what a person must do for the tool to see a change, or None when it hot-reloads.
         Options: pydantic model of the tool-specific options accepted in ``[tools.<name>]``.
+        env_vars: every environment variable the adapter reads, to find the tool's files or because it
+            outranks them (``CODEX_HOME``, ``AIDER_MODEL``...); the test suite clears each of them.
+        discover_rank: order of ``conduit init``'s proposals (lower first); the first tool found gives the
+            proposed profile its main channel and model.
     """
 
     name: ClassVar[str]
     display_name: ClassVar[str]
     protocol: ClassVar[Protocol_]
-    owned_keys: ClassVar[Sequence[str]]
+    owned_keys: ClassVar[tuple[str, ...]]
     restart_hint: ClassVar[str | None]
     Options: ClassVar[type[BaseModel]]
+    env_vars: ClassVar[tuple[str, ...]]
+    discover_rank: ClassVar[int]
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Return the targets to write. Raises ``NotFound`` or ``Unsupported``."""
         ...
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Read-only facts for ``conduit doctor``: files found, version/generation, current owned values
         (keys masked), higher-precedence overrides. Never raises for a missing tool."""
         ...
 
+    def discover(self, env: Env) -> Proposal | None:
+        """Read-only: the gateway the tool is configured for today, for ``conduit init``; None when none (or
+        when the adapter proposes nothing). Never raises."""
+        ...
 
-class NoOptions(BaseModel):
-    """Options model for a tool with no options of its own."""
+    def client_view(self, env: Env) -> ClientView | None:
+        """Read-only: what an OpenAI-protocol client will send, from the tool's files; None when the files do
+        not configure one (or for another protocol). Never raises for missing files."""
+        ...
 
-    model_config = ConfigDict(extra="forbid")
+
+class AdapterDefaults:
+    """Shared defaults an adapter class points at (STYLE.md habit 2): no options, no variables, no hot reload
+    hint, nothing to discover, no client view. Each adapter overrides only how its tool differs."""
+
+    restart_hint: ClassVar[str | None] = None
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    env_vars: ClassVar[tuple[str, ...]] = ()
+    discover_rank: ClassVar[int] = 100
+
+    def discover(self, env: Env) -> Proposal | None:
+        """Nothing to propose."""
+        return None
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """No OpenAI client view."""
+        return None

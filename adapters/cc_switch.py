@@ -16,21 +16,34 @@ the old key or model back. Facts (shared/formats/cc-switch.md, read from farion1
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import sqlite3
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 import psutil
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import Env, NotFound, SqliteTarget, Target, ToolSettings
-from conduit.adapters.claude_code import SECRET_VARS, anthropic_env, merge_env
+from conduit.adapters.base import (
+    AdapterDefaults,
+    Env,
+    NotFound,
+    Proposal,
+    Protocol_,
+    SqliteTarget,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.claude_code import SECRET_VARS, anthropic_env, anthropic_proposal, merge_env
 from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
+from conduit.adapters.masking import mask_values, secret_values
 from conduit.errors import ToolFileError
-from conduit.redact import fingerprint
 
 APP_TYPE = "claude"
 KNOWN_SCHEMA = 17
@@ -56,8 +69,8 @@ def provider_id(channel: str) -> str:
 
 
 def _masked_config(config: dict[str, Any]) -> str:
-    env = {k: (fingerprint(v) if k in SECRET_VARS else v) for k, v in (config.get("env") or {}).items()}
-    return json.dumps({**config, "env": env}, ensure_ascii=False, indent=2)
+    """A provider's settings_config as indented JSON, its keys (the secret ``env`` variables) redacted."""
+    return mask_values(json.dumps(config, ensure_ascii=False, indent=2), secret_values(config, SECRET_VARS))
 
 
 def _row_diff(pid: str, old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
@@ -69,24 +82,25 @@ def _row_diff(pid: str, old: dict[str, Any] | None, new: dict[str, Any]) -> list
                                      lineterm=""))
 
 
-class CCSwitch:
+class CCSwitch(AdapterDefaults):
     """Adapter for CC Switch's provider store (SQLite v3.8+, or legacy config.json)."""
 
     name: ClassVar[str] = "cc_switch"
     display_name: ClassVar[str] = "CC Switch"
-    protocol: ClassVar = "anthropic"
-    owned_keys: ClassVar = (
+    protocol: ClassVar[Protocol_] = "anthropic"
+    owned_keys: ClassVar[tuple[str, ...]] = (
         "cc-switch.db providers row (conduit-<channel>, claude): name, settings_config.env (same keys as "
         "Claude Code), meta.apiKeyField, is_current",
         "settings.json: currentProviderClaude",
         "config.json (v3.0-3.7): claude.providers.conduit-<channel>, claude.current",
     )
-    restart_hint: ClassVar = ("restart CC Switch if it is running: it caches the current provider and may "
+    discover_rank: ClassVar[int] = 2  # conduit init reads Claude Code, Cline, then CC Switch
+    restart_hint: ClassVar[str | None] = ("restart CC Switch if it is running: it caches the current provider and may "
                               "write its old choice back")
     Options: ClassVar[type[BaseModel]] = CCSwitchOptions
 
     @staticmethod
-    def store_dir(env: Env, options: dict[str, Any] | None = None) -> Path:
+    def store_dir(env: Env, options: Mapping[str, Any] | None = None) -> Path:
         """``[tools.cc_switch] dir`` or ``~/.cc-switch``."""
         d = (options or {}).get("dir")
         return Path(str(d)).expanduser() if d else env.home / ".cc-switch"
@@ -115,7 +129,7 @@ class CCSwitch:
         raise NotFound(f"CC Switch not found: no {db} (v3.8+) and no {legacy} (v3.0-3.7); conduit never creates "
                        "CC Switch's store. Install and start CC Switch once, or set [tools.cc_switch] dir")
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: store kind, schema version, conduit rows, current provider in both layers."""
         d = self.store_dir(env)
         db = d / "cc-switch.db"
@@ -140,7 +154,29 @@ class CCSwitch:
             out["parse_error"] = err
         else:
             out["store"] = None
-        return out
+        summary = (f"{out['dir']}; store: {out['store'] or 'not installed'}"
+                   + (f" (schema {out['schema']})" if out.get("schema") is not None else "")
+                   + ("; running" if out["running"] else ""))
+        return ToolFacts(summary=summary, details=out)
+
+    def discover(self, env: Env) -> Proposal | None:
+        """CC Switch's current Claude provider (its settings.json layer wins over ``is_current``), read-only."""
+        d = self.store_dir(env)
+        db = d / "cc-switch.db"
+        if not db.exists():
+            return None
+        layer2, _ = read_json_quietly(d / "settings.json")
+        current = layer2.get("currentProviderClaude")
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=2)) as conn:
+                row = conn.execute(
+                    "SELECT settings_config FROM providers WHERE app_type = ? AND (id = ? OR is_current) "
+                    "ORDER BY id = ? DESC LIMIT 1", (APP_TYPE, current, current)).fetchone()
+            cfg = json.loads(row[0]) if row else {}
+        except (sqlite3.Error, json.JSONDecodeError):
+            return None
+        cenv = cfg.get("env") if isinstance(cfg, dict) else None
+        return anthropic_proposal(self.name, cenv if isinstance(cenv, dict) else {})
 
 
 def _cc_switch_running() -> bool:
@@ -151,7 +187,7 @@ def _cc_switch_running() -> bool:
     return False
 
 
-def _row_writer(settings: ToolSettings, pid: str, make_current: bool):
+def _row_writer(settings: ToolSettings, pid: str, make_current: bool) -> Callable[[sqlite3.Connection, bool], list[str]]:
     """Build the SqliteTarget.apply function: upsert conduit's row, keep every column conduit does not own."""
     wanted_env = anthropic_env(settings)
     name = f"conduit: {settings.channel}"
@@ -214,7 +250,8 @@ def _loads(text: str | None, where: str) -> dict[str, Any]:
     return as_object(value, where=f"cc-switch.db {where}")
 
 
-def _legacy_transform(settings: ToolSettings, pid: str, make_current: bool):
+def _legacy_transform(settings: ToolSettings, pid: str,
+                      make_current: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
     wanted_env = anthropic_env(settings)
 
     def transform(doc: dict[str, Any]) -> dict[str, Any]:

@@ -16,18 +16,24 @@ Facts (shared/formats/claude-code.md, from Claude Code's docs, changelog and iss
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
-
-from conduit.adapters.base import Env, NoOptions, Target, ToolSettings
+from conduit.adapters.base import (
+    AdapterDefaults,
+    Effective,
+    Env,
+    Proposal,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
 from conduit.adapters.jsonfile import json_target, read_json_quietly
+from conduit.adapters.masking import shown
+from conduit.adapters.textformats import tool_version
 from conduit.errors import ToolFileError
-from conduit.redact import fingerprint
 
 AUTH_VARS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
 SECRET_VARS = frozenset(AUTH_VARS)
@@ -78,16 +84,24 @@ def merge_env(current: Any, wanted: Mapping[str, str | None]) -> dict[str, Any]:
     return env
 
 
-class ClaudeCode:
+def _env_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ``env`` object of a settings document, or ``{}`` when it has none (or not an object)."""
+    env = doc.get("env")
+    return env if isinstance(env, dict) else {}
+
+
+class ClaudeCode(AdapterDefaults):
     """Adapter for Claude Code's user settings file (owned keys: the ``env`` entries below)."""
 
     name: ClassVar[str] = "claude_code"
     display_name: ClassVar[str] = "Claude Code"
-    protocol: ClassVar = "anthropic"
-    owned_keys: ClassVar = tuple(f"env.{v}" for v in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS,
-                                                       *DEPRECATED_VARS, "API_TIMEOUT_MS"))
-    restart_hint: ClassVar = "restart running Claude Code sessions: some versions read env only at start-up"
-    Options: ClassVar[type[BaseModel]] = NoOptions
+    protocol: ClassVar[Protocol_] = "anthropic"
+    owned_keys: ClassVar[tuple[str, ...]] = tuple(
+        f"env.{v}" for v in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS, *DEPRECATED_VARS, "API_TIMEOUT_MS"))
+    discover_rank: ClassVar[int] = 0  # conduit init reads Claude Code, Cline, then CC Switch
+    restart_hint: ClassVar[str | None] = ("restart running Claude Code sessions: some versions read env only at "
+                                          "start-up")
+    env_vars: ClassVar[tuple[str, ...]] = ("CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL")
 
     @staticmethod
     def settings_path(env: Env) -> Path:
@@ -98,7 +112,6 @@ class ClaudeCode:
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One JSON target: merge the owned ``env`` entries into settings.json, keep everything else."""
         wanted = anthropic_env(settings)
-
         path = self.settings_path(env)
 
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
@@ -110,70 +123,74 @@ class ClaudeCode:
 
         return [json_target(path, transform, secret_keys=SECRET_VARS, label="settings.json")]
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, the owned values (keys masked), the version, and who overrides whom."""
         path = self.settings_path(env)
         doc, error = read_json_quietly(path)
-        user_env = doc.get("env", {}) if isinstance(doc.get("env"), dict) else {}
+        user_env = _env_of(doc)
         layers = [
             ("managed settings", MANAGED_SETTINGS),
             ("project .claude/settings.local.json", env.cwd / ".claude" / "settings.local.json"),
             ("project .claude/settings.json", env.cwd / ".claude" / "settings.json"),
         ]
-        effective = {}
-        for var in ("ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL"):
-            effective[var] = _effective(var, user_env, layers, env, path)
-        return {
-            "file": str(path),
-            "exists": path.exists(),
-            "parse_error": error,
-            "version": _claude_version(),
+        effective = {var: _effective(var, user_env, layers, env, path)
+                     for var in ("ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL")}
+        conflict = all(v in user_env for v in AUTH_VARS)
+        version = tool_version("claude")
+        base = effective["ANTHROPIC_BASE_URL"]
+        summary = (f"{path} ({'found' if path.exists() else 'missing'}); version {version or 'unknown'}; "
+                   f"base URL used: {base.value} ({base.source})")
+        details = {
+            "file": str(path), "exists": path.exists(), "parse_error": error, "version": version,
             "owned": {k: _mask(k, user_env.get(k)) for k in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS)
                       if k in user_env},
-            "effective": effective,
-            "auth_conflict": all(v in user_env for v in AUTH_VARS),
+            "auth_conflict": conflict,
         }
+        warnings = ("both ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY are set; a sync keeps only one",) if conflict \
+            else ()
+        return ToolFacts(summary=summary, details=details, effective=effective, warnings=warnings)
+
+    def discover(self, env: Env) -> Proposal | None:
+        """The gateway in the user settings' ``env`` (base URL, model, whichever auth variable is set)."""
+        doc, _ = read_json_quietly(self.settings_path(env))
+        cenv = _env_of(doc)
+        return anthropic_proposal(self.name, cenv)
+
+
+def anthropic_proposal(tool: str, cenv: dict[str, Any]) -> Proposal | None:
+    """A ``Proposal`` from an Anthropic-client ``env`` object (Claude Code's settings, CC Switch's rows), or
+    None when it sets no ``ANTHROPIC_BASE_URL``."""
+    if not cenv.get("ANTHROPIC_BASE_URL"):
+        return None
+    return Proposal(tool, str(cenv["ANTHROPIC_BASE_URL"]), "anthropic", cenv.get("ANTHROPIC_MODEL"),
+                    cenv.get("ANTHROPIC_AUTH_TOKEN") or cenv.get("ANTHROPIC_API_KEY"))
 
 
 def _mask(var: str, value: Any) -> Any:
-    return fingerprint(str(value)) if var in SECRET_VARS and value is not None else value
+    return shown(value, secret=var in SECRET_VARS)
 
 
 def _effective(var: str, user_env: dict[str, Any], layers: list[tuple[str, Path]], env: Env,
-               user_path: Path) -> dict[str, Any]:
+               user_path: Path) -> Effective:
     """Which value Claude Code will use for ``var`` and why (higher layers first; shell env lowest)."""
     for label, path in layers:
         if path.exists() and user_path.exists() and path.resolve() == user_path.resolve():
             continue  # run from HOME, the "project" file is the user file itself
         doc, _ = read_json_quietly(path)
-        layer_env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
+        layer_env = _env_of(doc)
         if var in layer_env:
-            return {"value": _mask(var, layer_env[var]), "source": f"{label} ({path})",
-                    "overrides_conduit": True,
-                    "why": f"{label} ranks above the user settings.json that conduit writes"}
+            return Effective(_mask(var, layer_env[var]), f"{label} ({path})", True,
+                             f"{label} ranks above the user settings.json that conduit writes")
+    shell = env.get(var)
     if var in user_env:
-        shell = env.get(var)
         why = "conduit's user settings.json"
         if shell is not None:
             why += f"; the exported shell value {_mask(var, shell)!s} is ignored (settings env beats the shell)"
-        return {"value": _mask(var, user_env[var]), "source": str(user_path), "overrides_conduit": False,
-                "why": why}
-    shell = env.get(var)
+        return Effective(_mask(var, user_env[var]), str(user_path), False, why)
     if shell is not None:
-        return {"value": _mask(var, shell), "source": "shell environment", "overrides_conduit": True,
-                "why": "not set in settings.json, so the exported variable is used"}
-    return {"value": None, "source": None, "overrides_conduit": False, "why": "not set anywhere"}
+        return Effective(_mask(var, shell), "shell environment", True,
+                         "not set in settings.json, so the exported variable is used")
+    return Effective(None, None, False, "not set anywhere")
 
 
-def _claude_version() -> str | None:
-    exe = shutil.which("claude")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-__all__ = ["ClaudeCode", "anthropic_env", "merge_env"]
+__all__ = ["ClaudeCode", "anthropic_env", "anthropic_proposal", "merge_env"]

@@ -23,7 +23,18 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import Env, NotFound, Target, ToolSettings, Unsupported
+from conduit.adapters.base import (
+    AdapterDefaults,
+    ClientView,
+    Env,
+    NotFound,
+    Proposal,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+    Unsupported,
+)
 from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
 from conduit.redact import fingerprint
 
@@ -95,22 +106,24 @@ def utc_stamp() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
-class Cline:
+class Cline(AdapterDefaults):
     """Adapter for Cline's OpenAI-compatible provider (generations B and C)."""
 
     name: ClassVar[str] = "cline"
     display_name: ClassVar[str] = "Cline"
-    protocol: ClassVar = "openai"
-    owned_keys: ClassVar = (
+    protocol: ClassVar[Protocol_] = "openai"
+    owned_keys: ClassVar[tuple[str, ...]] = (
         "globalState.json: planModeApiProvider, actModeApiProvider, openAiBaseUrl, planModeOpenAiModelId, "
         "actModeOpenAiModelId",
         "secrets.json: openAiApiKey",
         "settings/providers.json: lastUsedProvider, providers.openai-compatible.settings.{provider,apiKey,model,"
         "baseUrl}",
     )
-    restart_hint: ClassVar = ("reload Cline (VS Code: Developer: Reload Window; CLI: start a new session): "
+    discover_rank: ClassVar[int] = 1  # conduit init reads Claude Code, Cline, then CC Switch
+    restart_hint: ClassVar[str | None] = ("reload Cline (VS Code: Developer: Reload Window; CLI: start a new session): "
                               "it caches its settings and may write the old ones back")
     Options: ClassVar[type[BaseModel]] = ClineOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("CLINE_DATA_DIR", "CLINE_DIR", "CLINE_PROVIDER_SETTINGS_PATH")
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets for each generation to write. Raises NotFound (nothing installed) or Unsupported (A)."""
@@ -183,28 +196,58 @@ class Cline:
 
         return json_target(providers_path(env), transform, secret_keys=SECRET_KEYS, label="providers.json")
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: generations found, files, owned values (key masked)."""
         data = data_dir(env)
         gens = detect_generations(env)
-        out: dict[str, Any] = {"data_dir": str(data), "generations": gens, "files": {}}
+        files: dict[str, Any] = {}
         if "B" in gens:
             state, err = read_json_quietly(data / "globalState.json")
             secrets, err2 = read_json_quietly(data / "secrets.json")
-            out["files"]["globalState.json"] = {
+            files["globalState.json"] = {
                 "path": str(data / "globalState.json"), "parse_error": err,
                 "openAiBaseUrl": state.get("openAiBaseUrl"), "actModeApiProvider": state.get("actModeApiProvider"),
                 "actModeOpenAiModelId": state.get("actModeOpenAiModelId")}
             sp = data / "secrets.json"
-            out["files"]["secrets.json"] = {
+            files["secrets.json"] = {
                 "path": str(sp), "parse_error": err2, "openAiApiKey": fingerprint(secrets.get("openAiApiKey")),
                 "mode": oct(sp.stat().st_mode & 0o777) if sp.exists() else None}
         if "C" in gens:
             doc, err = read_json_quietly(providers_path(env))
             entry = (doc.get("providers") or {}).get(PROVIDER_ID) or {}
             s = entry.get("settings") or {}
-            out["files"]["providers.json"] = {
+            files["providers.json"] = {
                 "path": str(providers_path(env)), "parse_error": err,
                 "lastUsedProvider": doc.get("lastUsedProvider"), "baseUrl": s.get("baseUrl"),
                 "model": s.get("model"), "apiKey": fingerprint(s.get("apiKey")), "updatedAt": entry.get("updatedAt")}
-        return out
+        summary = f"{data}; generations found: {', '.join(gens) or 'none'}"
+        return ToolFacts(summary=summary, details={"data_dir": str(data), "generations": gens, "files": files})
+
+    def discover(self, env: Env) -> Proposal | None:
+        """The OpenAI-compatible provider of generation C (else B): base URL, model and key."""
+        found = self._configured(env)
+        return Proposal(self.name, found.base_url, "openai", found.model or None, found.key or None) \
+            if found is not None else None
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Cline's OpenAI client sends, from generation C's providers.json (else generation B's files)."""
+        return self._configured(env)
+
+    @staticmethod
+    def _configured(env: Env) -> ClientView | None:
+        gens = detect_generations(env)
+        if "C" in gens:
+            path = providers_path(env)
+            pdoc, _ = read_json_quietly(path)
+            s = ((pdoc.get("providers") or {}).get(PROVIDER_ID) or {}).get("settings") or {}
+            if s.get("baseUrl"):
+                return ClientView(str(s["baseUrl"]), str(s.get("apiKey") or ""), str(s.get("model") or ""),
+                                  key_files=(path,))
+        elif "B" in gens:
+            state, _ = read_json_quietly(data_dir(env) / "globalState.json")
+            secrets, _ = read_json_quietly(data_dir(env) / "secrets.json")
+            if state.get("openAiBaseUrl"):
+                return ClientView(str(state["openAiBaseUrl"]), str(secrets.get("openAiApiKey") or ""),
+                                  str(state.get("actModeOpenAiModelId") or ""),
+                                  key_files=(data_dir(env) / "secrets.json",))
+        return None

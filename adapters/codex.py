@@ -30,8 +30,19 @@ from typing import Any, ClassVar, Literal
 import tomlkit
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import (
+    AdapterDefaults,
+    ClientView,
+    Effective,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
 from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
+from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "conduit"
@@ -78,19 +89,20 @@ def _set_root(doc: tomlkit.TOMLDocument, key: str, value: str) -> None:
     doc[key] = value
 
 
-class Codex:
+class Codex(AdapterDefaults):
     """Adapter for Codex CLI's config.toml (and its ``.env`` for the key)."""
 
     name: ClassVar[str] = "codex"
     display_name: ClassVar[str] = "Codex CLI"
-    protocol: ClassVar = "openai"
-    owned_keys: ClassVar = (
+    protocol: ClassVar[Protocol_] = "openai"
+    owned_keys: ClassVar[tuple[str, ...]] = (
         "config.toml: model, model_provider, model_providers.conduit.{name,base_url,wire_api,env_key,"
         "experimental_bearer_token}",
         f".env: {KEY_VAR}",
     )
-    restart_hint: ClassVar = "start a new Codex session: it reads config.toml and .env only at start-up"
+    restart_hint: ClassVar[str | None] = "start a new Codex session: it reads config.toml and .env only at start-up"
     Options: ClassVar[type[BaseModel]] = CodexOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("CODEX_HOME", KEY_VAR)
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: config.toml (provider table, model, model_provider) and, for ``dotenv``, the key in .env."""
@@ -137,55 +149,85 @@ class Codex:
             targets.append(dotenv_target(home / ".env", {KEY_VAR: key}, secret_keys=SECRETS, label=".env"))
         return targets
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: files, owned values (key masked), and what overrides conduit's choice."""
         home = codex_home(env)
         path = home / "config.toml"
-        try:
-            doc, error = parse_toml(path.read_text(encoding="utf-8"), path=path).unwrap(), None
-        except FileNotFoundError:
-            doc, error = {}, None
-        except Exception as exc:  # ToolFileError, OSError, UnicodeDecodeError
-            doc, error = {}, str(exc)
-        provider = (doc.get("model_providers") or {}).get(PROVIDER_ID) or {}
-        try:
-            dotenv = read_dotenv((home / ".env").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            dotenv = {}
-        effective: dict[str, Any] = {}
-        active = doc.get("profile")
-        prof = (doc.get("profiles") or {}).get(active) if active else None
-        for k in ("model_provider", "model"):
-            if isinstance(prof, dict) and k in prof:
-                effective[k] = {"value": prof[k], "source": f"{path} [profiles.{active}]", "overrides_conduit":
-                                prof[k] != doc.get(k), "why": f"profile = \"{active}\" selects a profile that "
-                                "sets its own value"}
-        project = env.cwd / ".codex" / "config.toml"
-        if project != path and project.exists():
-            try:
-                pdoc = parse_toml(project.read_text(encoding="utf-8"), path=project).unwrap()
-            except Exception:
-                pdoc = {}
-            if "model" in pdoc:
-                effective["model"] = {"value": pdoc["model"], "source": str(project), "overrides_conduit":
-                                      pdoc["model"] != doc.get("model"),
-                                      "why": "a trusted project's .codex/config.toml ranks above ~/.codex"}
+        doc, error = _read_toml(path)
+        provider = _table(_table(doc, "model_providers"), PROVIDER_ID)
+        dotenv = _read_env(home / ".env")
+        effective = _overrides(doc, path, env)
         if provider.get("env_key") == KEY_VAR and KEY_VAR not in dotenv:
             shell = env.get(KEY_VAR)
-            effective[KEY_VAR] = {"value": fingerprint(shell), "source": "shell environment" if shell else None,
-                                  "overrides_conduit": False,
-                                  "why": f"not in {home / '.env'}" + ("" if shell else "; Codex will refuse to start")}
-        return {
+            effective[KEY_VAR] = Effective(fingerprint(shell), "shell environment" if shell else None, False,
+                                           f"not in {home / '.env'}" + ("" if shell else "; Codex will refuse to start"))
+        token = provider.get("experimental_bearer_token")
+        details = {
             "file": str(path), "exists": path.exists(), "parse_error": error,
             "owned": {"model_provider": doc.get("model_provider"), "model": doc.get("model"),
                       "base_url": provider.get("base_url"), "wire_api": provider.get("wire_api"),
                       "env_key": provider.get("env_key"),
-                      "experimental_bearer_token": fingerprint(provider.get("experimental_bearer_token"))
-                      if provider.get("experimental_bearer_token") else None,
+                      "experimental_bearer_token": fingerprint(token) if token else None,
                       KEY_VAR: fingerprint(dotenv.get(KEY_VAR)) if KEY_VAR in dotenv else None},
-            "builtin_openai_override_ignored": "base_url" in ((doc.get("model_providers") or {}).get("openai") or {}),
-            "effective": effective,
+            "builtin_openai_override_ignored": "base_url" in _table(_table(doc, "model_providers"), "openai"),
         }
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
+                         effective=effective)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Codex sends: the selected provider's ``base_url``, the key from ``env_key`` in ``.env`` (or the
+        inline token), and ``/responses`` or ``/chat/completions`` by ``wire_api``."""
+        home = codex_home(env)
+        doc, _ = _read_toml(home / "config.toml")
+        provider = _table(_table(doc, "model_providers"), str(doc.get("model_provider") or ""))
+        if not provider.get("base_url"):
+            return None
+        if provider.get("experimental_bearer_token"):
+            key, key_files = str(provider["experimental_bearer_token"]), (home / "config.toml",)
+        else:
+            key, key_files = _read_env(home / ".env").get(str(provider.get("env_key")), ""), (home / ".env",)
+        endpoint = "responses" if provider.get("wire_api", "responses") == "responses" else "chat/completions"
+        return ClientView(str(provider["base_url"]), key, str(doc.get("model") or ""), endpoint, key_files)
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A TOML file as plain data and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
+    try:
+        return parse_toml(path.read_text(encoding="utf-8"), path=path).unwrap(), None
+    except FileNotFoundError:
+        return {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        return {}, str(exc)
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    try:
+        return read_dotenv(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return {}
+
+
+def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective]:
+    """The layers above ``config.toml``'s root keys: the active ``profile``, a trusted project's config."""
+    effective: dict[str, Effective] = {}
+    active = doc.get("profile")
+    prof = _table(doc, "profiles").get(active) if active else None
+    for k in ("model_provider", "model"):
+        if isinstance(prof, dict) and k in prof:
+            effective[k] = Effective(prof[k], f"{path} [profiles.{active}]", prof[k] != doc.get(k),
+                                     f"profile = \"{active}\" selects a profile that sets its own value")
+    project = env.cwd / ".codex" / "config.toml"
+    if project != path and project.exists():
+        pdoc, _ = _read_toml(project)
+        if "model" in pdoc:
+            effective["model"] = Effective(pdoc["model"], str(project), pdoc["model"] != doc.get("model"),
+                                           "a trusted project's .codex/config.toml ranks above ~/.codex")
+    return effective
 
 
 __all__ = ["Codex", "CodexOptions", "codex_home"]

@@ -19,9 +19,21 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from conduit.adapters.base import Env, NotFound, Target, ToolSettings, Unsupported
+from conduit.adapters.base import (
+    AdapterDefaults,
+    ClientView,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+    Unsupported,
+)
 from conduit.adapters.textformats import parse_yaml, yaml_target
+from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 ENTRY_NAME = "conduit"
@@ -44,15 +56,16 @@ def continue_dir(env: Env) -> Path:
     return Path(base).expanduser() if base else env.home / ".continue"
 
 
-class Continue:
+class Continue(AdapterDefaults):
     """Adapter for Continue's config.yaml (one model entry named ``conduit``)."""
 
     name: ClassVar[str] = "continue"
     display_name: ClassVar[str] = "Continue"
-    protocol: ClassVar = "openai"
-    owned_keys: ClassVar = ("config.yaml: models[name=conduit].{provider,model,apiBase,apiKey}",)
-    restart_hint: ClassVar = None  # Continue reloads config.yaml when it changes
+    protocol: ClassVar[Protocol_] = "openai"
+    owned_keys: ClassVar[tuple[str, ...]] = ("config.yaml: models[name=conduit].{provider,model,apiBase,apiKey}",)
+    restart_hint: ClassVar[str | None] = None  # Continue reloads config.yaml when it changes
     Options: ClassVar[type[BaseModel]] = ContinueOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("CONTINUE_GLOBAL_DIR",)
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One YAML target: upsert the ``conduit`` model entry, keep every other entry, key and comment."""
@@ -68,8 +81,6 @@ class Continue:
                  "apiKey": settings.key_or_placeholder}
 
         def transform(doc: Any) -> None:
-            from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
             if not doc:
                 doc.update({"name": "Local Config", "version": "1.0.0", "schema": "v1"})
             models = doc.get("models")
@@ -89,23 +100,46 @@ class Continue:
 
         return [yaml_target(path, transform, secret_keys=("apiKey",), label="config.yaml")]
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file and conduit's entry (key masked)."""
         path = continue_dir(env) / "config.yaml"
-        try:
-            doc, error = parse_yaml(path.read_text(encoding="utf-8"), path=path), None
-        except FileNotFoundError:
-            doc, error = {}, None
-        except Exception as exc:
-            doc, error = {}, str(exc)
-        models = doc.get("models") if isinstance(doc.get("models"), list) else []
-        entry = next((m for m in models if isinstance(m, dict) and m.get("name") == ENTRY_NAME), {})
-        return {"file": str(path), "exists": path.exists(), "parse_error": error,
-                "mode": oct(path.stat().st_mode & 0o777) if path.exists() else None,
-                "owned": {"apiBase": entry.get("apiBase"), "model": entry.get("model"),
-                          "provider": entry.get("provider"), "apiKey": fingerprint(entry.get("apiKey"))
-                          if entry.get("apiKey") else None},
-                "models": [m.get("name") for m in models if isinstance(m, dict)], "effective": {}}
+        models, error = _models(path)
+        entry = _entry(models) or {}
+        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
+                   "mode": oct(path.stat().st_mode & 0o777) if path.exists() else None,
+                   "owned": {"apiBase": entry.get("apiBase"), "model": entry.get("model"),
+                             "provider": entry.get("provider"), "apiKey": fingerprint(entry.get("apiKey"))
+                             if entry.get("apiKey") else None},
+                   "models": [m.get("name") for m in models if isinstance(m, dict)]}
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
+                         effective={})
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Continue sends for the ``conduit`` entry: ``apiBase`` with the ``/`` Continue adds, ``apiKey``,
+        ``model``; None unless that entry has ``provider: openai``."""
+        path = continue_dir(env) / "config.yaml"
+        entry = _entry(_models(path)[0])
+        if entry is None or entry.get("provider") != "openai" or not entry.get("apiBase"):
+            return None
+        base = str(entry["apiBase"])
+        return ClientView(base if base.endswith("/") else base + "/", str(entry.get("apiKey") or ""),
+                          str(entry.get("model") or ""), key_files=(path,))
+
+
+def _models(path: Path) -> tuple[list[Any], str | None]:
+    """The ``models`` list of config.yaml (``[]`` when missing or not a list) and a parse error, or None."""
+    try:
+        doc, error = parse_yaml(path.read_text(encoding="utf-8"), path=path), None
+    except FileNotFoundError:
+        doc, error = {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        doc, error = {}, str(exc)
+    models = doc.get("models")
+    return (models if isinstance(models, list) else []), error
+
+
+def _entry(models: list[Any]) -> dict[str, Any] | None:
+    return next((m for m in models if isinstance(m, dict) and m.get("name") == ENTRY_NAME), None)
 
 
 __all__ = ["Continue", "ContinueOptions", "continue_dir"]

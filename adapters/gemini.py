@@ -24,9 +24,19 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import (
+    AdapterDefaults,
+    Effective,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.masking import shown
 from conduit.adapters.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv, tool_version
-from conduit.redact import fingerprint
+from conduit.errors import ToolFileError
 
 ENV_VARS = ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GEMINI_MODEL")
 SECRETS = ("GEMINI_API_KEY",)
@@ -67,18 +77,19 @@ def env_file_used(env: Env) -> Path | None:
     return None
 
 
-class Gemini:
+class Gemini(AdapterDefaults):
     """Adapter for Gemini CLI's user ``.env`` and ``settings.json``."""
 
     name: ClassVar[str] = "gemini"
     display_name: ClassVar[str] = "Gemini CLI"
-    protocol: ClassVar = "gemini"
-    owned_keys: ClassVar = (
+    protocol: ClassVar[Protocol_] = "gemini"
+    owned_keys: ClassVar[tuple[str, ...]] = (
         ".gemini/.env: GOOGLE_GEMINI_BASE_URL, GEMINI_API_KEY, GEMINI_MODEL",
         ".gemini/settings.json: security.auth.selectedType (or the flat selectedAuthType of older versions)",
     )
-    restart_hint: ClassVar = "restart running Gemini CLI sessions: it reads .env and settings.json at start-up"
+    restart_hint: ClassVar[str | None] = "restart running Gemini CLI sessions: it reads .env and settings.json at start-up"
     Options: ClassVar[type[BaseModel]] = GeminiOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("GEMINI_CLI_HOME", *ENV_VARS)
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the three variables in ``.gemini/.env``; the auth type in ``settings.json`` (JSONC kept)."""
@@ -101,43 +112,43 @@ class Gemini:
                          label="settings.json"),
         ]
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: which .env Gemini CLI really loads, and each variable's effective value and source."""
         d = gemini_dir(env)
-        ours = d / ".env"
         used = env_file_used(env)
         try:
             values = read_dotenv(used.read_text(encoding="utf-8")) if used else {}
         except (OSError, UnicodeDecodeError):
             values = {}
-        effective: dict[str, Any] = {}
-        for var in ENV_VARS:
-            shell = env.get(var)
-            mask = (lambda v: fingerprint(v)) if var in SECRETS else (lambda v: v)
-            if shell is not None:
-                effective[var] = {"value": mask(shell), "source": "shell environment", "overrides_conduit": True,
-                                  "why": "Gemini CLI never lets a .env file replace an exported variable"}
-            elif used is not None and used != ours:
-                effective[var] = {"value": mask(values[var]) if var in values else None, "source": str(used),
-                                  "overrides_conduit": True,
-                                  "why": f"Gemini CLI loads only the first .env it finds; {used} hides {ours}"}
-            else:
-                effective[var] = {"value": mask(values[var]) if var in values else None,
-                                  "source": str(ours) if var in values else None, "overrides_conduit": False,
-                                  "why": "conduit's ~/.gemini/.env" if var in values else "not set anywhere"}
+        effective = {var: _effective(var, env, values, used, d / ".env") for var in ENV_VARS}
         settings_path = d / "settings.json"
         try:
             doc, error = parse_jsonc(settings_path.read_text(encoding="utf-8"), path=settings_path), None
         except FileNotFoundError:
             doc, error = {}, None
-        except Exception as exc:
+        except (ToolFileError, OSError, UnicodeDecodeError) as exc:
             doc, error = {}, str(exc)
         auth = ((doc.get("security") or {}).get("auth") or {}).get("selectedType") or doc.get("selectedAuthType")
-        return {"dir": str(d), "env_file": str(ours), "env_file_used": str(used) if used else None,
-                "settings": str(settings_path), "parse_error": error, "auth_type": auth,
-                "model_in_settings": (doc.get("model") or {}).get("name") if isinstance(doc.get("model"), dict)
-                else doc.get("model"),
-                "version": tool_version("gemini"), "effective": effective}
+        model = doc.get("model")
+        details = {"dir": str(d), "env_file": str(d / ".env"), "env_file_used": str(used) if used else None,
+                   "settings": str(settings_path), "parse_error": error, "auth_type": auth,
+                   "model_in_settings": model.get("name") if isinstance(model, dict) else model,
+                   "version": tool_version("gemini")}
+        return ToolFacts(summary=f"{d}; .env loaded: {used or 'none'}", details=details, effective=effective)
+
+
+def _effective(var: str, env: Env, values: dict[str, str], used: Path | None, ours: Path) -> Effective:
+    """Where Gemini CLI takes ``var`` from: an exported variable, else the one .env file it loads."""
+    shell = env.get(var)
+    secret = var in SECRETS
+    if shell is not None:
+        return Effective(shown(shell, secret=secret), "shell environment", True,
+                         "Gemini CLI never lets a .env file replace an exported variable")
+    value = shown(values.get(var), secret=secret)
+    if used is not None and used != ours:
+        return Effective(value, str(used), True, f"Gemini CLI loads only the first .env it finds; {used} hides {ours}")
+    return Effective(value, str(ours) if var in values else None, False,
+                     "conduit's ~/.gemini/.env" if var in values else "not set anywhere")
 
 
 __all__ = ["Gemini", "GeminiOptions", "env_file_used", "gemini_dir"]

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from conduit.adapters.base import TextTarget
+from conduit.adapters.jsonc import strip_jsonc
+from conduit.adapters.masking import masker
 from conduit.errors import ToolFileError
-from conduit.redact import fingerprint
 
 _PARSE_HINT = "the tool itself would ignore this whole file; fix it by hand, conduit left it unchanged"
 
@@ -135,25 +136,19 @@ def _canonical(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False)
 
 
+def _lenient(text: str) -> Any:
+    """Parse for masking only: comments and trailing commas allowed (a diff may show a file being refused)."""
+    return json.loads(strip_jsonc(text))
+
+
 def mask_json_keys(text: str, secret_keys: Collection[str]) -> str:
     """Replace the string value of every key named in ``secret_keys`` (at any depth) by its fingerprint.
 
-    Works on the text itself, so the layout (and therefore a diff's line numbers) is kept, and on text that
-    does not parse. Values that are not strings are left as they are.
+    The values are found by parsing the text (JSON, or JSONC) and masked with ``conduit.redact.redact``
+    (``conduit.adapters.masking``), so the layout, and therefore a diff's line numbers, is kept; text that
+    does not parse at all is searched for ``"key": "value"`` pairs instead.
     """
-    if not secret_keys:
-        return text
-    names = "|".join(re.escape(json.dumps(k, ensure_ascii=False)[1:-1]) for k in secret_keys)
-    pattern = re.compile(r'("(?:' + names + r')"\s*:\s*)"((?:[^"\\]|\\.)*)"')
-
-    def repl(m: re.Match[str]) -> str:
-        try:
-            value = json.loads(f'"{m.group(2)}"')
-        except ValueError:
-            value = m.group(2)
-        return m.group(1) + json.dumps(fingerprint(value), ensure_ascii=False)
-
-    return pattern.sub(repl, text)
+    return masker(_lenient, secret_keys)(text)
 
 
 def json_target(
@@ -192,7 +187,7 @@ def json_target(
     return TextTarget(
         path=path,
         render=render,
-        mask=lambda text: mask_json_keys(text, keys),
+        mask=masker(_lenient, keys),
         mode=mode,
         create=create,
         label=label or path.name,

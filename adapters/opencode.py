@@ -24,8 +24,19 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.base import Env, NotFound, Target, ToolSettings
+from conduit.adapters.base import (
+    AdapterDefaults,
+    ClientView,
+    Effective,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
 from conduit.adapters.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
+from conduit.errors import ToolFileError
 
 PROVIDER_ID = "conduit"
 KEY_VAR = "CONDUIT_API_KEY"
@@ -62,19 +73,20 @@ def key_file(channel: str, env: Env) -> Path:
     return env.config_home() / "conduit" / "tool-keys" / f"{channel}.key"
 
 
-class OpenCode:
+class OpenCode(AdapterDefaults):
     """Adapter for OpenCode's global config (a conduit provider plus ``model``/``small_model``)."""
 
     name: ClassVar[str] = "opencode"
     display_name: ClassVar[str] = "OpenCode"
-    protocol: ClassVar = "openai"
-    owned_keys: ClassVar = (
+    protocol: ClassVar[Protocol_] = "openai"
+    owned_keys: ClassVar[tuple[str, ...]] = (
         "opencode.json[c]: provider.conduit (npm, name, options.baseURL, options.apiKey, models), model, "
         "small_model (when the profile sets one)",
         "<conduit config>/tool-keys/<channel>.key (key_source = file)",
     )
-    restart_hint: ClassVar = "restart OpenCode: it reads its config at start-up"
+    restart_hint: ClassVar[str | None] = "restart OpenCode: it reads its config at start-up"
     Options: ClassVar[type[BaseModel]] = OpenCodeOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("XDG_CONFIG_HOME", "OPENCODE_CONFIG", "OPENCODE_CONFIG_CONTENT", KEY_VAR)
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the key file (for ``file``) and the provider edits in the config file."""
@@ -113,46 +125,82 @@ class OpenCode:
         targets.append(jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name))
         return targets
 
-    def inspect(self, env: Env) -> dict[str, Any]:
+    def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, the conduit provider, and the layers that override the global file."""
         path = config_file(env)
-        try:
-            doc, error = parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
-        except FileNotFoundError:
-            doc, error = {}, None
-        except Exception as exc:
-            doc, error = {}, str(exc)
-        provider = (doc.get("provider") or {}).get(PROVIDER_ID) or {}
-        api_key = (provider.get("options") or {}).get("apiKey")
-        effective: dict[str, Any] = {}
-        layers = [("OPENCODE_CONFIG", Path(env.get("OPENCODE_CONFIG") or "")) if env.get("OPENCODE_CONFIG") else None]
-        layers += [(f"project {p.name}", p) for p in (env.cwd / "opencode.json", env.cwd / "opencode.jsonc",
-                                                      env.cwd / ".opencode" / "opencode.json",
-                                                      env.cwd / ".opencode" / "opencode.jsonc")]
-        for layer in layers:
-            if layer is None or layer[1] == path or not layer[1].is_file():
-                continue
-            try:
-                ldoc = parse_jsonc(layer[1].read_text(encoding="utf-8"), path=layer[1])
-            except Exception:
-                continue
-            if "model" in ldoc:
-                effective["model"] = {"value": ldoc["model"], "source": f"{layer[0]} ({layer[1]})",
-                                      "overrides_conduit": ldoc["model"] != doc.get("model"),
-                                      "why": "it ranks above the global config conduit writes"}
+        doc, error = _read(path)
+        options = _options(doc)
+        api_key = options.get("apiKey")
+        effective = _overrides(doc, path, env)
         if env.get("OPENCODE_CONFIG_CONTENT"):
-            effective["OPENCODE_CONFIG_CONTENT"] = {"value": "(set)", "source": "shell environment",
-                                                    "overrides_conduit": True,
-                                                    "why": "inline config ranks above every file"}
+            effective["OPENCODE_CONFIG_CONTENT"] = Effective("(set)", "shell environment", True,
+                                                             "inline config ranks above every file")
         if isinstance(api_key, str) and api_key.startswith("{env:") and not env.get(api_key[5:-1]):
-            effective[api_key[5:-1]] = {"value": None, "source": None, "overrides_conduit": False,
-                                        "why": "the key is referenced from the environment but not exported"}
-        return {"file": str(path), "exists": path.exists(), "parse_error": error,
-                "owned": {"baseURL": (provider.get("options") or {}).get("baseURL"),
-                          "apiKey": api_key if isinstance(api_key, str) and api_key.startswith("{") else
-                          ("(literal key)" if api_key else None),
-                          "model": doc.get("model"), "small_model": doc.get("small_model")},
-                "version": tool_version("opencode"), "effective": effective}
+            effective[api_key[5:-1]] = Effective(None, None, False,
+                                                 "the key is referenced from the environment but not exported")
+        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
+                   "owned": {"baseURL": options.get("baseURL"),
+                             "apiKey": api_key if isinstance(api_key, str) and api_key.startswith("{") else
+                             ("(literal key)" if api_key else None),
+                             "model": doc.get("model"), "small_model": doc.get("small_model")},
+                   "version": tool_version("opencode")}
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
+                         effective=effective)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What OpenCode sends for ``model = "<provider>/<model>"``: the provider's ``options.baseURL`` and its
+        ``apiKey`` with ``{file:...}`` (the file's text, trimmed) and ``{env:...}`` substituted."""
+        doc, _ = _read(config_file(env))
+        provider_id, _, model = str(doc.get("model") or "").partition("/")
+        options = _options(doc, provider_id)
+        if not options.get("baseURL"):
+            return None
+        key = str(options.get("apiKey") or "")
+        key_files: tuple[Path, ...] = ()
+        if key.startswith("{file:") and key.endswith("}"):
+            kf = Path(key[6:-1]).expanduser()
+            try:
+                key, key_files = kf.read_text(encoding="utf-8").strip(), (kf,)
+            except (OSError, UnicodeDecodeError):
+                key = ""
+        elif key.startswith("{env:") and key.endswith("}"):
+            key = env.get(key[5:-1]) or ""
+        return ClientView(str(options["baseURL"]), key, model, key_files=key_files)
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A JSONC file and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
+    try:
+        return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
+    except FileNotFoundError:
+        return {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        return {}, str(exc)
+
+
+def _options(doc: dict[str, Any], provider_id: str = PROVIDER_ID) -> dict[str, Any]:
+    """``provider.<id>.options``, or ``{}``."""
+    providers = doc.get("provider")
+    provider = providers.get(provider_id) if isinstance(providers, dict) else None
+    options = provider.get("options") if isinstance(provider, dict) else None
+    return options if isinstance(options, dict) else {}
+
+
+def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective]:
+    """``model`` set by a layer above the global file: ``$OPENCODE_CONFIG``, then the project's files."""
+    layers = [("OPENCODE_CONFIG", Path(env.get("OPENCODE_CONFIG") or ""))] if env.get("OPENCODE_CONFIG") else []
+    layers += [(f"project {p.name}", p) for p in (env.cwd / "opencode.json", env.cwd / "opencode.jsonc",
+                                                  env.cwd / ".opencode" / "opencode.json",
+                                                  env.cwd / ".opencode" / "opencode.jsonc")]
+    effective: dict[str, Effective] = {}
+    for label, layer in layers:
+        if layer == path or not layer.is_file():
+            continue
+        ldoc, error = _read(layer)
+        if error is None and "model" in ldoc:
+            effective["model"] = Effective(ldoc["model"], f"{label} ({layer})", ldoc["model"] != doc.get("model"),
+                                           "it ranks above the global config conduit writes")
+    return effective
 
 
 __all__ = ["OpenCode", "OpenCodeOptions", "config_dir", "config_file", "key_file"]

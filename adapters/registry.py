@@ -1,9 +1,19 @@
 """The one explicit, sorted registry of adapters (STYLE.md habit 3).
 
-Its keys are the valid ``[tools.<name>]`` names in the profile.
+Its keys are the valid ``[tools.<name>]`` names in the profile; the sync engine, ``conduit doctor``,
+``conduit init`` discovery and the test suite (the variables it clears, the OpenAI field cases) all iterate
+over it, so adding a tool is one adapter module and one line here (README "Adding a tool").
+
+Typed as ``Mapping[str, Adapter]`` so that mypy checks every entry against the ``Adapter`` protocol.
+
+Test hook: the mapping is a plain ``dict`` shared by every importer, so a test registers a throwaway adapter
+with ``monkeypatch.setitem(registry.ADAPTERS, "name", adapter)`` (undone when the test ends) and every part of
+conduit sees it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from conduit.adapters.aider import Aider
 from conduit.adapters.base import Adapter
@@ -15,7 +25,7 @@ from conduit.adapters.continue_dev import Continue
 from conduit.adapters.gemini import Gemini
 from conduit.adapters.opencode import OpenCode
 
-ADAPTERS: dict[str, Adapter] = {
+ADAPTERS: Mapping[str, Adapter] = {
     "aider": Aider(),
     "cc_switch": CCSwitch(),
     "claude_code": ClaudeCode(),
@@ -25,3 +35,8 @@ ADAPTERS: dict[str, Adapter] = {
     "gemini": Gemini(),
     "opencode": OpenCode(),
 }
+
+
+def declared_env_vars() -> tuple[str, ...]:
+    """Every environment variable any registered adapter reads (``Adapter.env_vars``), sorted, no repeats."""
+    return tuple(sorted({var for adapter in ADAPTERS.values() for var in adapter.env_vars}))

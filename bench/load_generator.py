@@ -4,7 +4,7 @@ Starts the scripted SSE server (tests/sse_server.py) as a separate process on 12
 measures in the same run:
 
 1. baseline: a bare httpx loop (sync ``httpx.Client``, one request at a time, ``stream: false``);
-2. the generator: ``conduit.daemon.bench.loadgen.run_level`` at ``--concurrency`` (default 64), streaming, with all
+2. the generator: ``conduit.daemon.bench.runner.run_level`` at ``--concurrency`` (default 64), streaming, with all
    its per-token bookkeeping;
 
 and prints both request rates and their ratio, plus each client's CPU time per request (insensitive to other
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from conduit.daemon.bench import loadgen as lg
+from conduit.daemon.bench import outputs, prompts, runner, stats, wire
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 10.0
@@ -62,15 +62,15 @@ def baseline_rate(root: str, requests: int, time_limit: float) -> tuple[float, i
 
 
 async def generator_rate(root: str, requests: int, concurrency: int, tokens: int,
-                         time_limit: float) -> tuple[lg.LevelStats, float]:
+                         time_limit: float) -> tuple[stats.LevelStats, float]:
     """The generator at one level: (LevelStats, CPU seconds this process used during the level)."""
-    cfg = lg.BenchConfig(lg.Endpoint(f"{root}/v1", "openai"), "m", prompts=lg.PromptSource(32),
-                         requests=requests, concurrency=(concurrency,), max_tokens=tokens, timeout_s=10)
-    async with lg.open_clients(cfg) as clients:
-        await lg.run_level(clients, cfg, concurrency)  # warm-up: connections opened, code paths imported
+    cfg = runner.BenchConfig(wire.Endpoint(f"{root}/v1", "openai"), "m", prompts=prompts.PromptSource(32),
+                             requests=requests, concurrency=(concurrency,), max_tokens=tokens, timeout_s=10)
+    async with runner.open_clients(cfg) as clients:
+        await runner.run_level(clients, cfg, concurrency)  # warm-up: connections opened, code paths imported
         cpu0 = time.process_time()
         async with asyncio.timeout(time_limit):
-            level = await lg.run_level(clients, cfg, concurrency)
+            level = await runner.run_level(clients, cfg, concurrency)
         return level, time.process_time() - cpu0
 
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         proc.wait(10)
 
     if level.ok != level.requests:
-        print(f"warning: {level.requests - level.ok} generator requests failed: {lg.describe_errors(level.errors)}")
+        print(f"warning: {level.requests - level.ok} generator requests failed: {outputs.describe_errors(level.errors)}")
     gen = level.requests_per_s
     base_cpu_ms = 1000 * base_cpu / max(base_n, 1)
     gen_cpu_ms = 1000 * cpu_s / max(level.requests, 1)

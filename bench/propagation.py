@@ -151,7 +151,7 @@ def daemon_run(home: Path, profile: Path, n: int, debounce_ms: int, idle_s: floa
     for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CONDUIT_PROFILE", "CLAUDE_CONFIG_DIR", "CLINE_DATA_DIR"):
         env.pop(var, None)
     log = open(home.parent / "daemon.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli.app", "daemon", "--debounce-ms", str(debounce_ms)],
+    proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli", "daemon", "--debounce-ms", str(debounce_ms)],
                             env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     try:
         while b"READY=1" not in sock.recv(4096):

@@ -59,6 +59,16 @@ AIOHTTP_APP = textwrap.dedent("""
 """)
 
 
+def _has_gpus(body: bytes) -> bool:
+    """The body is the fixed one, or an agent status that already lists a GPU (whatever its JSON layout)."""
+    if b"fixed" in body:
+        return True
+    try:
+        return bool(json.loads(body)["gpus"]["gpus"])
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 def wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -72,7 +82,7 @@ def wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0
             while chunk := s.recv(65536):
                 data += chunk
             s.close()
-            if data.startswith(b"HTTP/1.1 200") and b'"gpus": [{' in data or b"fixed" in data:
+            if data.startswith(b"HTTP/1.1 200") and _has_gpus(data.partition(b"\r\n\r\n")[2]):
                 return
         except OSError:
             pass

@@ -67,6 +67,7 @@ def _port() -> int:
 
 
 async def supervisor_round(children: bool) -> tuple[float, float, float]:
+    from conduit.daemon.agent.gpu import memory_by_index
     from conduit.daemon.config.vllm import VllmSettings
     from conduit.daemon.vllm.supervisor import Supervisor, VllmState
 
@@ -76,7 +77,7 @@ async def supervisor_round(children: bool) -> tuple[float, float, float]:
         "health_interval_s": 0.5, "stop_grace_s": 5,
         "restart": {"backoff_initial_s": 60, "backoff_max_s": 60},  # measure, then stop during the backoff
     })
-    sup = Supervisor(s)
+    sup = Supervisor(s, memory_probe=memory_by_index)
     task = asyncio.create_task(sup.run())
     try:
         await sup.wait_for(VllmState.READY, timeout_s=30)

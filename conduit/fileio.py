@@ -7,6 +7,8 @@ one writer (``conduit.adapters.writer``), the tools'.
   ``remove_stale_temps`` removes those a crashed writer left.
 - ``make_private_dirs``: 0700 directories whatever the umask.
 - ``locked``: an exclusive ``flock`` on a lock file, with a bounded wait.
+- ``read_regular_file``: the one way to read a file a person names (profile, key file, secrets file): a
+  regular file only, opened without blocking, read up to a size cap.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import errno
 import fcntl
 import os
 import secrets as _secrets
+import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from conduit.errors import ConduitError
 
 TMP_MARK = ".conduit-tmp-"
 """Infix of the writer's temp files: ``.<name>.conduit-tmp-<pid>-<hex>`` next to the file being written."""
@@ -190,3 +195,67 @@ def locked(path: Path, *, timeout_s: float = 10.0, mode: int = 0o600) -> Iterato
         yield fd
     finally:
         os.close(fd)
+
+
+PROFILE_MAX_BYTES = 1 << 20
+"""Cap on the profile and the secrets file: 1 MiB (a real one is a few KiB)."""
+
+KEY_MAX_BYTES = 64 << 10
+"""Cap on a key file or a key command's output: 64 KiB (a real key is under 1 KiB)."""
+
+
+def read_regular_file(path: Path, *, max_bytes: int, what: str,
+                      error: type[ConduitError] = ConduitError) -> bytes:
+    """Read a file a person named, refusing what would hang or exhaust memory.
+
+    The file is opened with ``O_NONBLOCK`` (a FIFO with no writer would otherwise block ``open`` forever),
+    checked with ``fstat`` to be a regular file (a FIFO, a socket, ``/dev/zero`` or a directory is refused),
+    and read up to ``max_bytes`` + 1 bytes (more is refused). Symlinks are followed, as a person expects.
+
+    Args:
+        path: the file. max_bytes: the cap, bytes. what: what it is, for the message ("profile", "key file").
+        error: the ConduitError subclass to raise (ProfileError, KeyError_).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (callers word this one themselves).
+        error: not a regular file, over the cap, or unreadable; the message names the file and what to do.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise error(f"{path}: cannot open the {what}: {exc.strerror or exc}",
+                    hint=f"check the path and its permissions (`ls -l {path}`)") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path}: the {what} is not a regular file ({_kind(st.st_mode)})",
+                        hint="point it at an ordinary file: conduit reads only regular files, so nothing can hang it")
+        if st.st_size > max_bytes:
+            raise error(f"{path}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit",
+                        hint=f"a {what} is far smaller; check that the path names the right file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:  # it grew while being read
+            raise error(f"{path}: the {what} is over the {max_bytes}-byte limit",
+                        hint=f"a {what} is far smaller; check that the path names the right file")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "named pipe"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory")):
+        if test(mode):
+            return name
+    return "special file"

@@ -31,3 +31,20 @@ def sd_notify(message: str, environ: Mapping[str, str] | None = None) -> bool:
     except OSError as exc:
         log.debug("sd_notify to %s failed: %s", addr, exc)
         return False
+
+
+def watchdog_interval_s(environ: Mapping[str, str] | None = None) -> float | None:
+    """How often to send ``WATCHDOG=1``, in seconds, or None when systemd's watchdog is not enabled for us.
+
+    Per sd_watchdog_enabled(3): ``$WATCHDOG_USEC`` is the unit's ``WatchdogSec=`` in microseconds, and
+    ``$WATCHDOG_PID``, when set, must be this process's pid. Half the interval is returned, as the manual
+    page recommends, so one late ping does not get the service killed.
+    """
+    env = environ if environ is not None else os.environ
+    usec = env.get("WATCHDOG_USEC", "")
+    pid = env.get("WATCHDOG_PID", "")
+    if not usec.isdigit() or int(usec) <= 0:
+        return None
+    if pid and (not pid.isdigit() or int(pid) != os.getpid()):
+        return None
+    return int(usec) / 1e6 / 2

@@ -12,8 +12,10 @@ Sizes (``parse_size``) read the way ``nvidia-smi`` and ``free`` count memory:
     a bare number           refused      ``80`` -> "did you mean 80GiB?"
     ======================  ===========  =====================================
 
-A bare number is refused because every place a person types a size (``--gpu-memory``, ``--vram``) means
-gibibytes far more often than bytes, and reading ``80`` as 80 bytes gives a silently wrong answer.
+A bare number is refused because every place a person types a size (``--gpu-memory``, ``--vram-free``) means
+gibibytes far more often than bytes, and reading ``80`` as 80 bytes gives a silently wrong answer. The one
+exception is an option whose name says its unit (``--kv-cache-memory-bytes``, vLLM's own flag, which takes
+bytes): there ``bare_bytes=True`` reads a bare number as bytes.
 
 Durations (``parse_duration``): ``500ms``, ``30s``, ``10m``, ``1h30m``, ``2d``, or a bare number of seconds.
 """
@@ -44,12 +46,13 @@ _SIZE_HINT = "write it like 80GiB, 80G, 512MiB, 80GB (decimal) or 1500000000B"
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_size(text: str, *, option: str = "size") -> int:
+def parse_size(text: str, *, option: str = "size", bare_bytes: bool = False) -> int:
     """Parse a memory size into bytes (grammar in the module docstring).
 
     Args:
         text: what the person typed, e.g. ``"80GiB"``.
         option: the option or key it came from (``--gpu-memory``), named in the error.
+        bare_bytes: read a bare number as bytes (only for an option named ``...-bytes``).
 
     Returns: bytes, > 0.
 
@@ -61,6 +64,8 @@ def parse_size(text: str, *, option: str = "size") -> int:
     if not m:
         raise BadArguments(f"{option}: {text!r} is not a size", hint=_SIZE_HINT)
     number, unit = float(m.group(1)), m.group(2)
+    if not unit and bare_bytes:
+        unit = "b"
     if not unit:
         raise BadArguments(f"{option}: {text!r} has no unit; did you mean {m.group(1)}GiB?", hint=_SIZE_HINT)
     mult = _SIZE_UNITS.get(unit.lower())

@@ -1,6 +1,7 @@
-"""Shared fixtures: every test runs against a temporary HOME with no XDG overrides.
+"""Shared fixtures: every test runs against a temporary HOME with no XDG, conduit or tool overrides.
 
-Real files, real processes: nothing in the user's own HOME is ever read or written by the suite.
+Real files, real processes: nothing in the user's own HOME, or in a tool directory an exported variable
+points at, is ever read or written by the suite (tests/test_registry.py proves it with sentinel directories).
 """
 
 from __future__ import annotations
@@ -9,19 +10,17 @@ import os
 from pathlib import Path
 
 import pytest
+from isolation import isolated_vars
 
 
 @pytest.fixture(autouse=True)
 def temp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point HOME at a fresh directory and clear variables that would redirect conduit or the tools."""
+    """Point HOME at a fresh directory and clear every variable that would redirect conduit or a tool:
+    ``isolation.isolated_vars()`` (XDG, ``CONDUIT_*`` and each adapter's declared ``env_vars``)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    for var in (
-        "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR",
-        "CONDUIT_PROFILE", "CONDUIT_AGENT_SOCKET", "CLAUDE_CONFIG_DIR", "CLINE_DATA_DIR", "CLINE_DIR",
-        "CLINE_PROVIDER_SETTINGS_PATH", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY",
-    ):
+    for var in isolated_vars():
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(home)
     return home

@@ -1,6 +1,6 @@
 """A real ``conduit daemon`` subprocess for the integration tests, and readers of the three tools' files.
 
-The daemon runs as ``python -m conduit.daemon.cli.app daemon -v`` under the test's temporary HOME, with
+The daemon runs as ``python -m conduit.daemon.cli daemon -v`` under the test's temporary HOME, with
 ``NOTIFY_SOCKET`` pointing at a datagram socket the test binds, so the test knows (READY=1) when the first sync
 is done, exactly as systemd would. Its stderr goes to ``<tmp>/daemon.log``.
 """
@@ -86,7 +86,7 @@ class Daemon:
         self.notify = NotifyListener(sock_path)
         env = dict(os.environ, HOME=str(self.home), NOTIFY_SOCKET=str(sock_path), PYTHONUNBUFFERED="1")
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli.app", "daemon", "-v", *self.args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli", "daemon", "-v", *self.args],
                                      env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.home)
         log.close()
         if wait_ready:

@@ -179,7 +179,7 @@ def test_status_command_and_json(temp_home: Path) -> None:
         out = subprocess.run([conduit_exe(), "status"], env=agent.env | {"COLUMNS": "160"}, capture_output=True,
                              text=True, timeout=30)
         assert out.returncode == 0, out.stderr
-        assert "Fake H100 #0" in out.stdout and "60.0 GiB / 80.0 GiB" in out.stdout
+        assert "Fake H100 #0" in out.stdout and "60.00 GiB / 80.00 GiB" in out.stdout
         assert "not_configured" in out.stdout
 
 
@@ -196,7 +196,7 @@ def test_status_json_fast_path_matches_the_full_command(temp_home: Path) -> None
         assert fast.returncode == 0, fast.stderr
         body, heavy = fast.stdout.rsplit("HEAVY", 1)
         assert heavy.strip() == "[]"
-        full = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "status", "--json"], env=agent.env,
+        full = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "status", "--json"], env=agent.env,
                               capture_output=True, text=True, timeout=30)
         assert full.returncode == 0, full.stderr
         a, b = json.loads(body), json.loads(full.stdout)

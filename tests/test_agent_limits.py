@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from agentproc import AgentProc, request
 
-from conduit.daemon.agent.server import peer_uid
+from conduit.daemon.agent.unixsocket import peer_uid
 
 
 def raw(sock: Path, data: bytes, timeout: float = 10.0) -> bytes:
@@ -122,18 +121,47 @@ def test_peer_uid_through_a_socket_pair() -> None:
     assert peer_uid(object()) is None
 
 
-CHILD = r"""
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(10)
-s.connect(sys.argv[1])
-s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: localhost\r\n\r\n")
-data = b""
-while chunk := s.recv(65536):
-    data += chunk
-print(data.split(b"\r\n")[0].decode())
-print("pid" in data.decode())
-"""
+NOBODY = 65534
+REQUEST = b"GET /v1/status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+
+
+def request_as(sock: Path, uid: int | None) -> dict[str, object]:
+    """GET /v1/status from a forked child that first becomes ``uid`` (None: stays the parent's uid).
+
+    The child is this interpreter, already loaded, so the new uid never has to reach the Python binary
+    (under pyenv in a 0700 home it cannot). Returns what the child saw: its uid, the status line, and
+    whether the body carried status data; or ``{"error": ...}``.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            os.close(r)
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(str(sock))
+            s.sendall(REQUEST)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            s.close()
+            seen = {"uid": os.getuid(), "status_line": data.split(b"\r\n")[0].decode(), "leaked": b'"pid"' in data}
+            os.write(w, json.dumps(seen).encode())
+            code = 0
+        except BaseException as exc:
+            os.write(w, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as pipe:
+        out = pipe.read()
+    os.waitpid(pid, 0)
+    return dict(json.loads(out or b'{"error": "the child said nothing"}'))
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a client under another uid")
@@ -143,11 +171,13 @@ def test_another_uid_is_refused_even_with_loose_file_modes(temp_home: Path) -> N
         os.chmod(agent.dir, 0o755)
         os.chmod(agent.sock.parent, 0o755)
         os.chmod(agent.sock, 0o666)
-        out = subprocess.run([os.path.realpath(sys.executable), "-I", "-S", "-c", CHILD, str(agent.sock)],
-                             user=65534, group=65534, capture_output=True, text=True, timeout=30, cwd="/")
-        assert out.returncode == 0, out.stderr
-        first, leaked = out.stdout.splitlines()
-        assert first.startswith("HTTP/1.1 403"), out.stdout
-        assert leaked == "False"  # nothing of the status leaked into the refusal
+        refused = request_as(agent.sock, NOBODY)
+        assert "error" not in refused, refused
+        assert refused["uid"] == NOBODY  # the child really was another uid
+        assert str(refused["status_line"]).startswith("HTTP/1.1 403"), refused
+        assert refused["leaked"] is False  # nothing of the status leaked into the refusal
+        control = request_as(agent.sock, None)  # the same request, the agent's own uid
+        assert control["uid"] == os.getuid() and str(control["status_line"]).startswith("HTTP/1.1 200"), control
+        assert control["leaked"] is True
         assert healthy(agent)  # the owner still gets answers
-        assert "refused a request from uid 65534" in agent.log.read_text()
+        assert f"refused a request from uid {NOBODY}" in agent.log.read_text()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from toolfiles import CLAUDE_SETTINGS, cc_switch_db, claude_settings, cline_gen_c, write_profile
 
-CONDUIT = [sys.executable, "-m", "conduit.daemon.cli.app"]
+CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
 
 
 def conduit(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

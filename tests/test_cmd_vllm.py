@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import psutil
 from conduit.daemon.cli.vllm import tail_text
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
-CONDUIT = [sys.executable, "-m", "conduit.daemon.cli.app"]
+CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
 
 
 def write_profile(home: Path, vllm: str) -> None:
@@ -63,6 +64,36 @@ def test_run_until_ctrl_c_then_nothing_left(temp_home: Path) -> None:
     assert not [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     r = subprocess.run([*CONDUIT, "vllm", "logs", "-n", "50"], capture_output=True, text=True, env=env, timeout=30)
     assert r.returncode == 0 and "Starting vLLM server on" in r.stdout
+
+
+def test_run_preflight_reads_the_fake_gpus(temp_home: Path, tmp_path: Path) -> None:
+    """`conduit vllm run` builds the preflight's probe from agent.gpu, so $CONDUIT_FAKE_GPUS decides."""
+    g = 1024**3
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"devices": [{"name": "NVIDIA H100", "uuid": "GPU-0", "total": 80 * g,
+                                             "used": 70 * g, "free": 10 * g}]}))
+    write_profile(temp_home, f'[vllm]\nmodel = "fake"\nport = 18998\ncommand = ["{sys.executable}", "{FAKE}"]\n'
+                             'gpu_memory_utilization = 0.9\n')
+    env = dict(os.environ, HOME=str(temp_home), COLUMNS="200", NO_COLOR="1", CONDUIT_FAKE_GPUS=str(gpus))
+    proc = subprocess.Popen([*CONDUIT, "vllm", "run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "fix:" in line or not line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, errs = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines) + out
+    assert " vllm failed" in text and "GPU 0: 10.00 GiB free of 80.00 GiB" in text, (text, errs)
+    assert " starting pid " not in text and "Traceback" not in errs  # refused before anything was launched
 
 
 def _pgid(pid: int) -> int | None:

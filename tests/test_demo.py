@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def test_demo_runs_end_to_end(temp_home: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "demo"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "demo"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     out = r.stdout

@@ -8,7 +8,7 @@ import toolsamples
 from toolfiles import lifecycle, run_sync
 
 from conduit.adapters.base import Env
-from conduit.adapters.textformats import parse_jsonc, read_dotenv
+from conduit.adapters.textformats import dotenv_target, parse_jsonc, read_dotenv, set_dotenv
 from conduit.daemon.sync.doctor import doctor
 
 
@@ -79,3 +79,19 @@ def test_doctor_project_env_file_hides_ours(temp_home: Path) -> None:
     assert facts["env_file_used"] == str(project.parent / ".env")
     assert facts["effective"]["GEMINI_MODEL"]["value"] == "local-model"
     assert facts["effective"]["GEMINI_API_KEY"]["overrides_conduit"]  # the project .env hides ours entirely
+
+
+def test_dotenv_escaped_quote_reads_back_and_round_trips() -> None:
+    text = '# mine\nexport A=1 # keep\nK="q\\"uote"\n'
+    assert read_dotenv(text) == {"A": "1", "K": 'q"uote'}  # python-dotenv's reading, escapes understood
+    assert set_dotenv(text, {"K": 'q"uote'}) == text  # already right: not a byte changes
+    out = set_dotenv(text, {"K": 'new "v\\al', "B": "x y"})
+    assert out.startswith('# mine\nexport A=1 # keep\nK="')  # other lines, comments and order kept
+    assert read_dotenv(out) == {"A": "1", "K": 'new "v\\al', "B": "x y"}
+    assert set_dotenv(out, {"K": None}) == '# mine\nexport A=1 # keep\nB="x y"\n'
+
+
+def test_dotenv_diff_masks_key_structurally() -> None:
+    target = dotenv_target(Path("x/.env"), {}, secret_keys=("GEMINI_API_KEY",))
+    masked = target.mask('GEMINI_API_KEY="AIza\\"secret0123456789"\nGEMINI_MODEL=m\n')
+    assert "secret0123456789" not in masked and "GEMINI_MODEL=m" in masked

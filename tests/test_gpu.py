@@ -15,6 +15,7 @@ from conduit.daemon.agent.gpu import (
     GpuReport,
     GpuSnapshot,
     host_snapshot,
+    memory_by_index,
     report_json,
 )
 
@@ -117,6 +118,22 @@ def test_fake_reads_its_file_again_each_sample(tmp_path: Path) -> None:
     assert probe.sample().gpus[0].free_bytes == 69 * GiB
     f.write_text(json.dumps({"devices": [dev(0, free=3 * GiB)]}))
     assert probe.sample().gpus[0].free_bytes == 3 * GiB
+
+
+def test_memory_by_index_is_free_and_total_per_gpu() -> None:
+    probe = GpuProbe(FakeNvml({"devices": [dev(0), dev(1, free=2 * GiB, unsupported=["name"])]}), retry_init_s=0)
+    assert memory_by_index(probe) == [(0, 69 * GiB, 80 * GiB), (1, 2 * GiB, 80 * GiB)]
+    memless = GpuProbe(FakeNvml({"devices": [dev(0, unsupported=["memory"])]}), retry_init_s=0)
+    assert memory_by_index(memless) is None  # NVML refused the memory: "cannot check"
+    assert memory_by_index(GpuProbe(FakeNvml({"error": "driver_not_loaded"}), retry_init_s=0)) is None
+
+
+def test_memory_by_index_default_probe_honours_the_fake_device_set(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "gpus.json"
+    f.write_text(json.dumps({"devices": [dev(0, free=7 * GiB)]}))
+    monkeypatch.setenv("CONDUIT_FAKE_GPUS", str(f))
+    assert memory_by_index() == [(0, 7 * GiB, 80 * GiB)]
 
 
 def test_host_snapshot() -> None:

@@ -23,16 +23,9 @@ import pytest
 from pydantic import ValidationError
 
 from conduit.daemon.config import paths
-from conduit.daemon.config.keys import (
-    KeySource,
-    SecretsStore,
-    key_list,
-    key_rm,
-    key_set,
-    key_source_from,
-    read_key,
-)
 from conduit.daemon.config.normalize import clean_key
+from conduit.daemon.config.secrets import SecretsStore, key_list, key_rm, key_set
+from conduit.daemon.config.sources import KeySource, key_source_from, read_key
 from conduit.errors import KeyError_, ProfileError
 
 CONDUIT = Path(sys.executable).parent / "conduit"

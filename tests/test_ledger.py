@@ -1,7 +1,8 @@
-"""conduit plan: the vLLM memory ledger (daemon/ledger.py, daemon/cmd_plan.py).
+"""conduit plan: the vLLM memory ledger (daemon/plan/*, daemon/cli/plan.py).
 
 Published model configurations are written as real config.json files; safetensors files are written by hand
-(8-byte little-endian header length + JSON header + zero bytes). The only fake is NVML (no GPU here).
+(8-byte little-endian header length + JSON header + zero bytes). The only fake is NVML (no GPU here): the
+fake device set of ``$CONDUIT_FAKE_GPUS``, read through ``conduit.daemon.agent.gpu`` as on a real machine.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from conftest import env_for_subprocess
 
 from conduit.daemon.cli.plan import run_plan
 from conduit.daemon.plan import ledger as L
-from conduit.daemon.plan.ledger import GiB, ModelError, PlanArgumentError, Verdict
+from conduit.daemon.plan.dtypes import SAFETENSORS_DTYPE_BYTES
+from conduit.daemon.plan.errors import ModelError, PlanArgumentError
+from conduit.daemon.plan.fragmentation import fragmentation, parse_lengths
+from conduit.daemon.plan.ledger import Verdict
+from conduit.daemon.plan.memory import CUDA_GRAPH_BYTES, kv_bytes_per_token, weights_in_memory_bytes
+from conduit.daemon.plan.model import inspect_model, resolve_model_dir
+from conduit.daemon.plan.safetensors import read_safetensors_header
+from conduit.daemon.plan.settings import settings_from_dict, settings_from_vllm_section
+from conduit.errors import BadArguments
+from conduit.units import GiB, parse_size
 
 # Published configurations (the fields the ledger reads), from the models' config.json on the HF hub.
 LLAMA2_7B = {  # meta-llama/Llama-2-7b-hf
@@ -55,7 +65,7 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]], *, 
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     pos = 0
     for name, (dtype, shape) in tensors.items():
-        n = math.prod(shape) * int(L.SAFETENSORS_DTYPE_BYTES[dtype])
+        n = math.prod(shape) * int(SAFETENSORS_DTYPE_BYTES[dtype])
         entry: dict[str, Any] = {"dtype": dtype, "shape": shape}
         if offsets:
             entry["data_offsets"] = [pos, pos + n]
@@ -71,44 +81,44 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]], *, 
 
 
 def test_llama2_7b_fp16_is_half_a_mebibyte_per_token(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "llama2", LLAMA2_7B))
+    m = inspect_model(write_model(tmp_path / "llama2", LLAMA2_7B))
     assert (m.num_layers, m.num_kv_heads, m.head_dim) == (32, 32, 128)
-    assert L.kv_bytes_per_token(m) == 524_288
+    assert kv_bytes_per_token(m) == 524_288
     # 2,048 tokens = 1 GiB (the widely shared "1 MB per token" is twice the real figure)
-    assert 2048 * L.kv_bytes_per_token(m) == GiB
+    assert 2048 * kv_bytes_per_token(m) == GiB
 
 
 def test_gqa_llama3_8b_and_fp8_halves_it(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
+    m = inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
     assert m.num_kv_heads == 8 and m.head_dim == 128
-    assert L.kv_bytes_per_token(m) == 131_072
+    assert kv_bytes_per_token(m) == 131_072
     for fp8 in ("fp8", "fp8_e4m3", "fp8_e5m2"):
-        assert L.kv_bytes_per_token(m, kv_cache_dtype=fp8) == 65_536
-    assert L.kv_bytes_per_token(m, kv_cache_dtype="float32") == 262_144
+        assert kv_bytes_per_token(m, kv_cache_dtype=fp8) == 65_536
+    assert kv_bytes_per_token(m, kv_cache_dtype="float32") == 262_144
 
 
 def test_mqa_one_kv_head(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "falcon", FALCON_7B))
+    m = inspect_model(write_model(tmp_path / "falcon", FALCON_7B))
     assert (m.num_layers, m.num_attention_heads, m.num_kv_heads, m.head_dim) == (32, 71, 1, 64)
-    assert L.kv_bytes_per_token(m) == 2 * 32 * 1 * 64 * 2
+    assert kv_bytes_per_token(m) == 2 * 32 * 1 * 64 * 2
     explicit = dict(LLAMA2_7B, num_key_value_heads=1)
-    m2 = L.inspect_model(write_model(tmp_path / "mqa", explicit))
-    assert L.kv_bytes_per_token(m2) == 524_288 // 32
+    m2 = inspect_model(write_model(tmp_path / "mqa", explicit))
+    assert kv_bytes_per_token(m2) == 524_288 // 32
 
 
 def test_nested_text_config_of_a_multimodal_model(tmp_path: Path) -> None:
     cfg = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
            "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16},
            "text_config": {k: v for k, v in LLAMA3_8B.items() if k != "architectures"}}
-    m = L.inspect_model(write_model(tmp_path / "llava", cfg))
+    m = inspect_model(write_model(tmp_path / "llava", cfg))
     assert (m.num_layers, m.num_kv_heads, m.head_dim, m.config_dtype) == (32, 8, 128, "bfloat16")
-    assert L.kv_bytes_per_token(m) == 131_072
+    assert kv_bytes_per_token(m) == 131_072
 
 
 def test_head_dim_key_wins_over_hidden_over_heads(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "hd", dict(LLAMA3_8B, head_dim=256)))
-    assert m.head_dim == 256 and L.kv_bytes_per_token(m) == 262_144
-    m = L.inspect_model(write_model(tmp_path / "nohd", dict(LLAMA3_8B, head_dim=None)))
+    m = inspect_model(write_model(tmp_path / "hd", dict(LLAMA3_8B, head_dim=256)))
+    assert m.head_dim == 256 and kv_bytes_per_token(m) == 262_144
+    m = inspect_model(write_model(tmp_path / "nohd", dict(LLAMA3_8B, head_dim=None)))
     assert m.head_dim == 128
 
 
@@ -116,8 +126,8 @@ def test_mla_model_caches_one_latent(tmp_path: Path) -> None:
     cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
            "num_key_value_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
            "max_position_embeddings": 163840, "torch_dtype": "bfloat16"}
-    m = L.inspect_model(write_model(tmp_path / "ds", cfg))
-    assert L.kv_bytes_per_token(m) == 61 * (512 + 64) * 2
+    m = inspect_model(write_model(tmp_path / "ds", cfg))
+    assert kv_bytes_per_token(m) == 61 * (512 + 64) * 2
 
 
 # --- the CPU prediction (what vLLM logs) ----------------------------------------------------------------------
@@ -128,7 +138,7 @@ def test_tiny_cpu_model_matches_vllm_log(tmp_path: Path) -> None:
     tokens, conc = L.predict_cpu_kv_tokens(d, 1 * GiB, max_model_len=256, dtype="float32")
     assert tokens == 1_048_576
     assert f"{conc:.2f}" == "4096.00"
-    led = L.plan(L.inspect_model(d), {"cpu_kv_space": "1GiB", "dtype": "float32", "max_model_len": 256})
+    led = L.plan(inspect_model(d), {"cpu_kv_space": "1GiB", "dtype": "float32", "max_model_len": 256})
     assert led.device == "cpu" and led.block_size == 128  # the CPU backend's default block size
     assert led.kv_bytes_per_token == 1024
     assert led.num_blocks == 8192 and led.kv_budget_bytes == GiB  # weights are not subtracted on CPU
@@ -153,14 +163,14 @@ def test_cpu_prediction_with_auto_dtype_and_block_16(tmp_path: Path) -> None:
     # VLLM_CPU_KVCACHE_SPACE=1: "CPU KV cache size: 2,080,507 tokens, Maximum concurrency for 1,000 tokens per
     # request: 2080.51x" (then start-up failed: the CPU attention backend needs blocks of a multiple of 32).
     d = write_model(tmp_path / "tiny", TINY)
-    led = L.plan(L.inspect_model(d), {"cpu_kv_space": "1GiB", "max_model_len": 1000, "block_size": 16})
+    led = L.plan(inspect_model(d), {"cpu_kv_space": "1GiB", "max_model_len": 1000, "block_size": 16})
     assert (led.kv_tokens, f"{led.max_concurrency:.2f}") == (2_080_507, "2080.51")
     assert any("multiple of 32" in n for n in led.notes)
 
 
 def test_cpu_auto_dtype_downcasts_float32(tmp_path: Path) -> None:
     d = write_model(tmp_path / "tiny", TINY)
-    led = L.plan(L.inspect_model(d), {"cpu_kv_space": GiB, "max_model_len": 256})
+    led = L.plan(inspect_model(d), {"cpu_kv_space": GiB, "max_model_len": 256})
     assert led.model_dtype == "bfloat16" and led.kv_bytes_per_token == 512
     assert any("downcasts" in n for n in led.notes)
 
@@ -169,7 +179,7 @@ def test_cpu_auto_dtype_downcasts_float32(tmp_path: Path) -> None:
 
 
 def test_gpu_budget_is_utilization_minus_weights_minus_overhead(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
+    m = inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
     led = L.plan(m, {"gpu_memory": "80GiB", "max_model_len": 8192})
     assert led.requested_bytes == math.ceil(80 * GiB * 0.92)
     assert led.overhead is not None and led.overhead.total_bytes > 2 * GiB  # non-torch + graphs at least
@@ -178,13 +188,13 @@ def test_gpu_budget_is_utilization_minus_weights_minus_overhead(tmp_path: Path) 
     assert led.max_concurrency == led.num_blocks / 512
     assert (led.max_num_seqs, led.max_num_batched_tokens) == (1024, 8192)  # vLLM's H100-class defaults
     eager = L.plan(m, {"gpu_memory": "80GiB", "max_model_len": 8192, "enforce_eager": True})
-    assert eager.kv_budget_bytes == led.kv_budget_bytes + L.CUDA_GRAPH_BYTES
+    assert eager.kv_budget_bytes == led.kv_budget_bytes + CUDA_GRAPH_BYTES
     small = L.plan(m, {"gpu_memory": "24GiB", "max_model_len": 8192})
     assert (small.max_num_seqs, small.max_num_batched_tokens) == (256, 2048)
 
 
 def test_explicit_kv_cache_memory_is_used_whole(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
+    m = inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
     led = L.plan(m, {"gpu_memory": "80GiB", "kv_cache_memory_bytes": "4GiB", "max_model_len": 8192})
     assert led.budget_source == "kv_cache_memory_bytes" and led.kv_budget_bytes == 4 * GiB
     assert led.num_blocks == 4 * GiB // (131_072 * 16) == 2048
@@ -200,7 +210,7 @@ def _apply(settings: dict[str, Any], fix: L.Fix) -> dict[str, Any]:
 
 
 def test_does_not_fit_names_fixes_that_work(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
+    m = inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
     settings = {"gpu_memory": "24GiB", "max_model_len": 131072, "gpu_memory_utilization": 0.85}
     led = L.plan(m, settings)
     assert led.verdict is Verdict.DOES_NOT_FIT
@@ -227,7 +237,7 @@ def test_does_not_fit_names_fixes_that_work(tmp_path: Path) -> None:
 
 
 def test_weights_too_big_for_the_gpu(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
+    m = inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
     led = L.plan(m, {"gpu_memory": "16GiB", "max_model_len": 4096})
     assert led.verdict is Verdict.DOES_NOT_FIT and led.num_blocks == 0 and led.kv_budget_bytes <= 0
     assert "No available memory for the cache blocks" in led.summary
@@ -236,20 +246,20 @@ def test_weights_too_big_for_the_gpu(tmp_path: Path) -> None:
 
 def test_fits_with_n_sequences(tmp_path: Path) -> None:
     d = write_model(tmp_path / "tiny", TINY)
-    led = L.plan(L.inspect_model(d), {"cpu_kv_space": "1GiB", "dtype": "float32", "max_model_len": 2048,
+    led = L.plan(inspect_model(d), {"cpu_kv_space": "1GiB", "dtype": "float32", "max_model_len": 2048,
                                       "max_num_seqs": 1000})
     assert led.verdict is Verdict.FITS_PARTIAL
     assert led.full_length_sequences == 512 == math.floor(led.max_concurrency)
     assert "fits with 512 concurrent sequences" in led.summary
     fixes = {f.setting: f for f in led.fixes}
     assert fixes["VLLM_CPU_KVCACHE_SPACE"].value == "2"
-    assert L.plan(L.inspect_model(d), _apply({"cpu_kv_space": "1GiB", "dtype": "float32", "max_model_len": 2048,
+    assert L.plan(inspect_model(d), _apply({"cpu_kv_space": "1GiB", "dtype": "float32", "max_model_len": 2048,
                                               "max_num_seqs": 1000},
                                              fixes["VLLM_CPU_KVCACHE_SPACE"])).verdict is Verdict.FITS
 
 
 def test_cpu_without_kv_space_is_a_bad_argument(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "tiny", TINY))
+    m = inspect_model(write_model(tmp_path / "tiny", TINY))
     with pytest.raises(PlanArgumentError, match="--cpu-kv-space"):
         L.plan(m, {"device": "cpu"})
     with pytest.raises(PlanArgumentError, match="--gpu-memory"):
@@ -260,16 +270,16 @@ def test_cpu_without_kv_space_is_a_bad_argument(tmp_path: Path) -> None:
 
 
 def test_fragmentation_guide_example() -> None:
-    f = L.fragmentation([500, 100, 2000], max_model_len=4096, block_size=16)
+    f = fragmentation([500, 100, 2000], max_model_len=4096, block_size=16)
     assert f.blocks == (32, 7, 125)
     assert f"{f.prealloc_utilization:.1%}" == "21.2%"
     assert f"{f.paged_utilization:.1%}" == "99.1%"
     assert f.prealloc_slots == 3 * 4096 and f.paged_slots == 164 * 16
     with pytest.raises(PlanArgumentError):
-        L.fragmentation([5000], max_model_len=4096)
-    assert L.parse_lengths("500, 100,2000") == [500, 100, 2000]
+        fragmentation([5000], max_model_len=4096)
+    assert parse_lengths("500, 100,2000") == [500, 100, 2000]
     with pytest.raises(PlanArgumentError):
-        L.parse_lengths("500,x")
+        parse_lengths("500,x")
 
 
 # --- safetensors ----------------------------------------------------------------------------------------------
@@ -278,7 +288,7 @@ def test_fragmentation_guide_example() -> None:
 def test_safetensors_header_parsing(tmp_path: Path) -> None:
     p = tmp_path / "model.safetensors"
     size = write_safetensors(p, {"a.weight": ("BF16", [4, 8]), "b.bias": ("F32", [8]), "c": ("I8", [3])})
-    h = L.read_safetensors_header(p)
+    h = read_safetensors_header(p)
     assert set(h) == {"a.weight", "b.bias", "c"}  # __metadata__ dropped
     assert (h["a.weight"].nbytes, h["b.bias"].nbytes, h["c"].nbytes) == (64, 32, 3)
     assert sum(t.nbytes for t in h.values()) == size
@@ -286,22 +296,22 @@ def test_safetensors_header_parsing(tmp_path: Path) -> None:
     # without data_offsets, sizes come from dtype x shape
     q = tmp_path / "nooffsets.safetensors"
     write_safetensors(q, {"a.weight": ("BF16", [4, 8])}, offsets=False)
-    assert L.read_safetensors_header(q)["a.weight"].nbytes == 64
+    assert read_safetensors_header(q)["a.weight"].nbytes == 64
 
 
 def test_safetensors_bad_files_name_the_file(tmp_path: Path) -> None:
     short = tmp_path / "short.safetensors"
     short.write_bytes(b"\x01\x02")
     with pytest.raises(ModelError, match="short.safetensors"):
-        L.read_safetensors_header(short)
+        read_safetensors_header(short)
     trunc = tmp_path / "trunc.safetensors"
     trunc.write_bytes(struct.pack("<Q", 10_000) + b"{}")
     with pytest.raises(ModelError, match="trunc.safetensors.*header length"):
-        L.read_safetensors_header(trunc)
+        read_safetensors_header(trunc)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(struct.pack("<Q", 4) + b"{no ")
     with pytest.raises(ModelError, match="not valid JSON"):
-        L.read_safetensors_header(bad)
+        read_safetensors_header(bad)
 
 
 def test_exact_weight_bytes_from_shards_and_dtype_cast(tmp_path: Path) -> None:
@@ -312,20 +322,20 @@ def test_exact_weight_bytes_from_shards_and_dtype_cast(tmp_path: Path) -> None:
         "metadata": {"total_size": s1 + s2},
         "weight_map": {"embed": "model-00001-of-00002.safetensors", "norm": "model-00002-of-00002.safetensors",
                        "lm": "model-00002-of-00002.safetensors"}}))
-    m = L.inspect_model(d)
+    m = inspect_model(d)
     assert m.weights_source == "safetensors" and m.weights_bytes == s1 + s2 == 2 * 512 * 128 * 2 + 128 * 4
     # loaded as bfloat16, the F32 norm takes 2 bytes per value; as float32 everything takes 4
-    assert L.weights_in_memory_bytes(m, "bfloat16") == (2 * 512 * 128 + 128) * 2
-    assert L.weights_in_memory_bytes(m, "float32") == (2 * 512 * 128 + 128) * 4
+    assert weights_in_memory_bytes(m, "bfloat16") == (2 * 512 * 128 + 128) * 2
+    assert weights_in_memory_bytes(m, "float32") == (2 * 512 * 128 + 128) * 4
     # a shard missing: the index's total is used, with a note
     (d / "model-00002-of-00002.safetensors").unlink()
-    m = L.inspect_model(d)
+    m = inspect_model(d)
     assert m.weights_source == "safetensors-index" and m.weights_bytes == s1 + s2
     assert any("missing" in n for n in m.notes)
 
 
 def test_no_safetensors_falls_back_to_an_estimate(tmp_path: Path) -> None:
-    m = L.inspect_model(write_model(tmp_path / "llama2", LLAMA2_7B))
+    m = inspect_model(write_model(tmp_path / "llama2", LLAMA2_7B))
     assert m.weights_source == "estimate"
     assert 6.6e9 < m.weights_bytes / 2 < 6.9e9  # Llama-2-7B has 6.74B parameters
     assert any("estimated" in n for n in m.notes)
@@ -343,7 +353,7 @@ def test_hf_cache_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     (repo / "refs" / "main").write_text("abc123\n")
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.delenv("HF_HOME", raising=False)
-    m = L.inspect_model("meta-llama/Meta-Llama-3-8B")
+    m = inspect_model("meta-llama/Meta-Llama-3-8B")
     assert m.path == str(repo / "snapshots" / "abc123") and m.num_layers == 32
     # HF_HOME/hub is used when HF_HUB_CACHE is unset
     monkeypatch.delenv("HF_HUB_CACHE")
@@ -351,92 +361,94 @@ def test_hf_cache_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     home.mkdir()
     hub.rename(home / "hub")
     monkeypatch.setenv("HF_HOME", str(home))
-    assert L.resolve_model_dir("meta-llama/Meta-Llama-3-8B").name == "abc123"
+    assert resolve_model_dir("meta-llama/Meta-Llama-3-8B").name == "abc123"
     # the default cache lies under HOME (the test HOME)
     monkeypatch.delenv("HF_HOME")
     with pytest.raises(ModelError, match="models--org--missing"):
-        L.inspect_model("org/missing")
+        inspect_model("org/missing")
 
 
 def test_config_errors_name_file_and_key(tmp_path: Path) -> None:
     d = write_model(tmp_path / "bad", {k: v for k, v in LLAMA2_7B.items() if k != "num_hidden_layers"})
     with pytest.raises(ModelError, match=r"bad/config.json: key num_hidden_layers is missing"):
-        L.inspect_model(d)
+        inspect_model(d)
     d = write_model(tmp_path / "bad2", dict(LLAMA2_7B, num_attention_heads="many"))
     with pytest.raises(ModelError, match="num_attention_heads.*positive integer"):
-        L.inspect_model(d)
+        inspect_model(d)
     d = write_model(tmp_path / "bad3", {"text_config": {"num_hidden_layers": 2, "num_attention_heads": 2}})
     with pytest.raises(ModelError, match="text_config.head_dim nor text_config.hidden_size"):
-        L.inspect_model(d)
+        inspect_model(d)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelError, match="no config.json"):
-        L.inspect_model(tmp_path / "empty")
+        inspect_model(tmp_path / "empty")
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("80GiB", 80 * GiB), ("80G", 80 * GiB), ("81920MiB", 80 * GiB), ("85899345920", 80 * GiB),
-    ("80GB", 80 * 10**9), ("1.5GiB", 3 * GiB // 2), ("512Mi", 512 << 20), ("2g", 2 * 10**9),
+    ("80GiB", 80 * GiB), ("80G", 80 * GiB), ("81920MiB", 80 * GiB), ("85899345920B", 80 * GiB),
+    ("80GB", 80 * 10**9), ("1.5GiB", 3 * GiB // 2), ("512Mi", 512 << 20), ("2g", 2 * GiB),
 ])
-def test_parse_size(text: str, expected: int) -> None:
-    assert L.parse_size(text) == expected
+def test_plan_sizes_use_the_one_size_grammar(text: str, expected: int) -> None:
+    """conduit.units.parse_size for every size: lower-case g is binary too, as in `conduit wait --vram-free`."""
+    assert parse_size(text) == expected
+    assert settings_from_dict({"gpu_memory": text}).gpu_memory_bytes == expected
 
 
-@pytest.mark.parametrize("text", ["", "eighty", "80XB", "-1GiB", "0"])
-def test_parse_size_rejects(text: str) -> None:
-    with pytest.raises(PlanArgumentError):
-        L.parse_size(text)
+@pytest.mark.parametrize("text", ["", "eighty", "80XB", "-1GiB", "0", "85899345920"])
+def test_plan_sizes_rejects(text: str) -> None:
+    with pytest.raises(BadArguments):
+        settings_from_dict({"gpu_memory": text})
+
+
+def test_a_bare_number_asks_for_a_unit() -> None:
+    with pytest.raises(BadArguments, match="did you mean 80GiB"):
+        settings_from_dict({"gpu_memory_bytes": "80"})
+    assert issubclass(PlanArgumentError, BadArguments) and PlanArgumentError.exit_code == 3
 
 
 def test_settings_dict_validation() -> None:
-    s = L.settings_from_dict({"max-model-len": "4096", "cpu_kv_space": "1GiB", "kv_cache_dtype": "FP8"})
+    s = settings_from_dict({"max-model-len": "4096", "cpu_kv_space": "1GiB", "kv_cache_dtype": "FP8"})
     assert (s.max_model_len, s.device, s.cpu_kvcache_space_bytes, s.kv_cache_dtype) == (4096, "cpu", GiB, "fp8")
     for bad in ({"max_modle_len": 4}, {"gpu_memory_utilization": 1.5}, {"kv_cache_dtype": "int3"},
                 {"block_size": 0}, {"dtype": "float13"}):
         with pytest.raises(PlanArgumentError):
-            L.settings_from_dict(bad)
+            settings_from_dict(bad)
 
 
 def test_profile_vllm_section_feeds_the_planner(tmp_path: Path) -> None:
     section = {"model": "x", "port": 8000, "max_model_len": 256, "dtype": "float32",
                "extra_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO"}}
-    s = L.settings_from_vllm_section(section)
+    s = settings_from_vllm_section(section)
     assert s == {"max_model_len": 256, "dtype": "float32", "cpu_kvcache_space_bytes": GiB}
-    led = L.plan(L.inspect_model(write_model(tmp_path / "tiny", TINY)), s)
+    led = L.plan(inspect_model(write_model(tmp_path / "tiny", TINY)), s)
     assert led.kv_tokens == 1_048_576
     with pytest.raises(PlanArgumentError, match="VLLM_CPU_KVCACHE_SPACE"):
-        L.settings_from_vllm_section({"extra_env": {"VLLM_CPU_KVCACHE_SPACE": "1.5"}})
+        settings_from_vllm_section({"extra_env": {"VLLM_CPU_KVCACHE_SPACE": "1.5"}})
 
 
 # --- NVML (the only fake: there is no GPU here) ----------------------------------------------------------------
 
 
-class _Mem:
-    total = 80 * GiB
-    free = 40 * GiB
+def fake_gpus(path: Path, spec: dict[str, Any]) -> Path:
+    """A ``$CONDUIT_FAKE_GPUS`` file (see conduit.daemon.agent.gpu.FakeNvml)."""
+    path.write_text(json.dumps(spec))
+    return path
+
+
+H100_40_FREE = {"devices": [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0", "total": 80 * GiB,
+                             "used": 40 * GiB, "free": 40 * GiB}]}
 
 
 def test_nvml_memory_is_used_when_no_size_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pynvml
-
-    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: object())
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda h: _Mem())
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetName", lambda h: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setenv("CONDUIT_FAKE_GPUS", str(fake_gpus(tmp_path / "gpus.json", H100_40_FREE)))
     d = write_model(tmp_path / "llama3", LLAMA3_8B)
     out = run_plan(str(d), {"max_model_len": 8192})
     assert out["gpu"]["total_bytes"] == 80 * GiB and out["ledger"]["total_memory_bytes"] == 80 * GiB
+    assert out["gpu"]["free_bytes"] == 40 * GiB and out["gpu"]["name"] == "NVIDIA H100 80GB HBM3"
     assert any("less than desired GPU memory utilization" in n for n in out["ledger"]["notes"])
 
 
 def test_no_gpu_asks_for_gpu_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pynvml
-
-    def fail() -> None:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-
-    monkeypatch.setattr(pynvml, "nvmlInit", fail)
-    assert L.query_gpu().error is not None and L.query_gpu().error.startswith("no NVIDIA GPU")
+    monkeypatch.setenv("CONDUIT_FAKE_GPUS", str(fake_gpus(tmp_path / "gpus.json", {"error": "library_not_found"})))
     d = write_model(tmp_path / "llama3", LLAMA3_8B)
     with pytest.raises(PlanArgumentError, match="no NVIDIA GPU") as ei:
         run_plan(str(d), {})
@@ -445,7 +457,7 @@ def test_no_gpu_asks_for_gpu_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 # --- the command, as a real subprocess -------------------------------------------------------------------------
 
-_MAIN = "import sys; from conduit.daemon.cli.app import main; sys.exit(main(sys.argv[1:]))"
+_MAIN = "import sys; from conduit.daemon.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _conduit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -493,7 +505,7 @@ def test_cli_exit_codes(tmp_path: Path, temp_home: Path) -> None:
     r = _conduit(temp_home, "plan", str(d), "--gpu-memory", "80GiB", "--max-model-len", "8192")
     assert r.returncode == 0 and "fits" in r.stdout and "Traceback" not in r.stderr
     r = _conduit(temp_home, "plan", str(d), "--gpu-memory", "80 potatoes")
-    assert r.returncode == 3 and "gpu_memory_bytes: unknown size unit 'potatoes'" in r.stderr
+    assert r.returncode == 3 and "--gpu-memory: unknown size unit 'potatoes'" in r.stderr
     r = _conduit(temp_home, "plan", str(d), "--gpu-memory", "80GiB", "--max-model-len", "abc")
     assert r.returncode == 3
     r = _conduit(temp_home, "plan", str(tmp_path / "nowhere"), "--gpu-memory", "80GiB")
@@ -503,3 +515,28 @@ def test_cli_exit_codes(tmp_path: Path, temp_home: Path) -> None:
     assert r.returncode == 1 and "config.json: key num_hidden_layers is missing" in r.stderr
     r = _conduit(temp_home, "plan")
     assert r.returncode == 3 and "nothing to plan" in r.stderr
+
+
+def test_cli_size_without_a_unit_is_a_bad_argument(tmp_path: Path, temp_home: Path) -> None:
+    d = write_model(tmp_path / "llama3", LLAMA3_8B)
+    r = _conduit(temp_home, "plan", str(d), "--gpu-memory", "80")
+    assert r.returncode == 3 and "did you mean 80GiB?" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_8g_is_8_gibibytes_as_in_conduit_wait(tmp_path: Path, temp_home: Path) -> None:
+    d = write_model(tmp_path / "tiny", TINY)
+    r = _conduit(temp_home, "plan", str(d), "--gpu-memory", "8G", "--max-model-len", "256", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ledger"]["total_memory_bytes"] == 8 * 2**30 == parse_size("8G", option="--vram-free")
+
+
+def test_cli_reads_the_fake_gpu_through_agent_gpu(tmp_path: Path, temp_home: Path) -> None:
+    d = write_model(tmp_path / "llama3", LLAMA3_8B)
+    env = dict(env_for_subprocess(temp_home), CONDUIT_FAKE_GPUS=str(fake_gpus(tmp_path / "gpus.json", H100_40_FREE)))
+    r = subprocess.run([sys.executable, "-c", _MAIN, "plan", str(d), "--max-model-len", "8192", "--json"],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=temp_home)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["gpu"] == {"total_bytes": 80 * GiB, "free_bytes": 40 * GiB, "name": "NVIDIA H100 80GB HBM3",
+                          "error": None}
+    assert out["ledger"]["total_memory_bytes"] == 80 * GiB

@@ -17,7 +17,7 @@ from toolfiles import write_profile
 
 def doctor_live(home: Path, env: dict[str, str] | None = None) -> tuple[int, dict]:
     env = dict(env or os.environ, HOME=str(home))
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "doctor", "--live", "--json"], env=env,
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "doctor", "--live", "--json"], env=env,
                        capture_output=True, text=True, timeout=120)
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, json.loads(r.stdout)

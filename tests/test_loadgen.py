@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conduit.daemon.bench import loadgen as lg
-from conduit.daemon.cli import app as cli
+from conduit import units
+from conduit.daemon.bench import arrivals, outputs, prompts, runner, stats, wire
 from conduit.errors import ConduitError
 from conduit.redact import fingerprint
 
@@ -31,15 +31,15 @@ KEY = "sk-test-0123456789abcdef"
 
 
 def test_percentile_linear_interpolation_known_values() -> None:
-    assert lg.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert lg.percentile([4.0, 1.0, 3.0, 2.0], 0) == 1.0  # order of input does not matter
-    assert lg.percentile([1.0, 2.0, 3.0, 4.0], 100) == 4.0
-    assert lg.percentile([0.0, 10.0], 90) == 9.0
-    assert lg.percentile([0.0, 100.0, 200.0, 300.0, 400.0], 75) == 300.0
-    assert lg.percentile([7.0], 99) == 7.0
-    assert lg.percentile([], 50) is None
+    assert units.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert units.percentile([4.0, 1.0, 3.0, 2.0], 0) == 1.0  # order of input does not matter
+    assert units.percentile([1.0, 2.0, 3.0, 4.0], 100) == 4.0
+    assert units.percentile([0.0, 10.0], 90) == 9.0
+    assert units.percentile([0.0, 100.0, 200.0, 300.0, 400.0], 75) == 300.0
+    assert units.percentile([7.0], 99) == 7.0
+    assert units.percentile([], 50) is None
     with pytest.raises(ValueError):
-        lg.percentile([1.0], 101)
+        units.percentile([1.0], 101)
 
 
 def test_percentile_matches_statistics_inclusive_method() -> None:
@@ -49,20 +49,20 @@ def test_percentile_matches_statistics_inclusive_method() -> None:
         values = [rng.uniform(0, 5) for _ in range(n)]
         cuts = statistics.quantiles(values, n=100, method="inclusive")
         for q in (1, 50, 90, 99):
-            assert lg.percentile(values, q) == pytest.approx(cuts[q - 1], rel=1e-12, abs=1e-12)
+            assert units.percentile(values, q) == pytest.approx(cuts[q - 1], rel=1e-12, abs=1e-12)
 
 
 def test_ttft_and_tpot_formulas_on_timestamps() -> None:
-    assert lg.ttft(10.0, 10.25) == 0.25
-    assert lg.ttft(10.0, None) is None
-    assert lg.tpot(2.0, 3.0, 5) == 0.25  # (3 - 2) / (5 - 1)
-    assert lg.tpot(2.0, 2.0, 1) is None  # undefined for one token
-    assert lg.tpot(None, None, 0) is None
+    assert stats.ttft(10.0, 10.25) == 0.25
+    assert stats.ttft(10.0, None) is None
+    assert stats.tpot(2.0, 3.0, 5) == 0.25  # (3 - 2) / (5 - 1)
+    assert stats.tpot(2.0, 2.0, 1) is None  # undefined for one token
+    assert stats.tpot(None, None, 0) is None
 
 
 def _rec(i: int, send: float, first: float | None, last: float | None, end: float, chunks: int,
-         usage: int | None = None, error: lg.ErrorKind | None = None) -> lg.RequestResult:
-    return lg.RequestResult(index=i, concurrency=2, t_send=send, t_first=first, t_last=last, t_end=end,
+         usage: int | None = None, error: stats.ErrorKind | None = None) -> stats.RequestResult:
+    return stats.RequestResult(index=i, concurrency=2, t_send=send, t_first=first, t_last=last, t_end=end,
                             content_chunks=chunks, usage_output_tokens=usage, error=error,
                             detail="boom" if error else "")
 
@@ -72,10 +72,10 @@ def test_summarize_level_exact_on_synthetic_records() -> None:
         _rec(0, 0.0, 0.5, 1.5, 1.5, chunks=5),              # ttft .5, tpot (1.5-.5)/4 = .25, e2e 1.5
         _rec(1, 0.0, 0.25, 2.25, 2.5, chunks=3, usage=9),  # usage wins: 9 tokens; tpot 2/8 = .25
         _rec(2, 1.5, 2.0, 2.0, 2.0, chunks=1),              # one token: no tpot
-        _rec(3, 2.0, None, None, 4.0, chunks=0, error=lg.ErrorKind.HTTP_5XX),
-        _rec(4, 2.5, 3.0, 3.0, 3.0, chunks=1, error=lg.ErrorKind.STREAM_BROKEN),
+        _rec(3, 2.0, None, None, 4.0, chunks=0, error=stats.ErrorKind.HTTP_5XX),
+        _rec(4, 2.5, 3.0, 3.0, 3.0, chunks=1, error=stats.ErrorKind.STREAM_BROKEN),
     ]
-    lv = lg.summarize_level(2, results)
+    lv = stats.summarize_level(2, results)
     assert lv.wall_s == 4.0  # max(t_end) - min(t_send)
     assert (lv.requests, lv.ok) == (5, 3)
     assert lv.errors == {"http_5xx": 1, "stream_broken": 1}
@@ -83,22 +83,22 @@ def test_summarize_level_exact_on_synthetic_records() -> None:
     assert lv.output_tokens == 5 + 9 + 1  # failed requests' tokens are not counted
     assert lv.output_tokens_per_s == 15 / 4.0
     assert lv.requests_per_s == 3 / 4.0
-    assert lv.ttft.n == 3 and lv.ttft.p50 == lg.percentile([0.5, 0.25, 0.5], 50) == 0.5
+    assert lv.ttft.n == 3 and lv.ttft.p50 == units.percentile([0.5, 0.25, 0.5], 50) == 0.5
     assert lv.ttft.mean == pytest.approx((0.5 + 0.25 + 0.5) / 3)
     assert lv.tpot.n == 2 and lv.tpot.p50 == 0.25 and lv.tpot.p99 == 0.25
-    assert lv.e2e.p90 == lg.percentile([1.5, 2.5, 0.5], 90)
+    assert lv.e2e.p90 == units.percentile([1.5, 2.5, 0.5], 90)
     # an explicit wall time overrides the derived one
-    assert lg.summarize_level(2, results, wall_s=5.0).output_tokens_per_s == 3.0
+    assert stats.summarize_level(2, results, wall_s=5.0).output_tokens_per_s == 3.0
 
 
 def test_summary_of_nothing_is_none() -> None:
-    lv = lg.summarize_level(1, [_rec(0, 0.0, None, None, 1.0, 0, error=lg.ErrorKind.CONNECT)])
-    assert lv.ttft == lg.Summary(0, None, None, None, None)
+    lv = stats.summarize_level(1, [_rec(0, 0.0, None, None, 1.0, 0, error=stats.ErrorKind.CONNECT)])
+    assert lv.ttft == stats.Summary(0, None, None, None, None)
     assert lv.output_tokens_per_s == 0.0 and lv.ok == 0
 
 
-def _feed(protocol: str, events: list[tuple[float, object]]) -> lg.StreamRecorder:
-    rec = lg.StreamRecorder(lg.RequestResult(index=0, concurrency=1, t_send=1.0), protocol)  # type: ignore[arg-type]
+def _feed(protocol: str, events: list[tuple[float, object]]) -> wire.StreamRecorder:
+    rec = wire.StreamRecorder(stats.RequestResult(index=0, concurrency=1, t_send=1.0), protocol)  # type: ignore[arg-type]
     for now, ev in events:
         rec.event(ev if isinstance(ev, str) else json.dumps(ev), now)
     return rec
@@ -150,7 +150,7 @@ def test_anthropic_recorder_on_synthetic_timestamps() -> None:
     ("anthropic", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}, "busy"),
 ])
 def test_recorder_stream_errors(protocol: str, event: object, needle: str) -> None:
-    with pytest.raises(lg.StreamError, match=needle):
+    with pytest.raises(wire.StreamError, match=needle):
         _feed(protocol, [(1.0, event)])
 
 
@@ -159,54 +159,54 @@ def test_recorder_stream_errors(protocol: str, event: object, needle: str) -> No
 
 def test_saturation_first_level_growing_less_than_fraction() -> None:
     pts = [(1, 100.0), (2, 190.0), (4, 350.0), (8, 600.0), (16, 640.0), (32, 650.0), (64, 655.0)]
-    sat = lg.find_saturation(pts)
+    sat = outputs.find_saturation(pts)
     assert sat.concurrency == 16
     assert sat.growth == pytest.approx(40 / 600)
     assert sat.recommended_max_num_seqs == 16
     assert "16" in sat.explanation
-    assert lg.find_saturation(list(reversed(pts))).concurrency == 16  # sorted by concurrency
+    assert outputs.find_saturation(list(reversed(pts))).concurrency == 16  # sorted by concurrency
 
 
 def test_saturation_boundary_and_fraction() -> None:
-    assert lg.find_saturation([(1, 100.0), (2, 110.0), (4, 120.0)]).concurrency == 4  # +10% is still growth
-    assert lg.find_saturation([(1, 100.0), (2, 190.0), (4, 250.0)], min_growth=0.5).concurrency == 4
-    assert lg.find_saturation([(1, 100.0), (2, 190.0), (4, 250.0)], min_growth=0.2).concurrency is None
+    assert outputs.find_saturation([(1, 100.0), (2, 110.0), (4, 120.0)]).concurrency == 4  # +10% is still growth
+    assert outputs.find_saturation([(1, 100.0), (2, 190.0), (4, 250.0)], min_growth=0.5).concurrency == 4
+    assert outputs.find_saturation([(1, 100.0), (2, 190.0), (4, 250.0)], min_growth=0.2).concurrency is None
 
 
 def test_saturation_when_throughput_falls_recommends_the_peak() -> None:
-    sat = lg.find_saturation([(1, 100.0), (2, 180.0), (4, 150.0)])
+    sat = outputs.find_saturation([(1, 100.0), (2, 180.0), (4, 150.0)])
     assert sat.concurrency == 4 and sat.recommended_max_num_seqs == 2
     assert sat.growth == pytest.approx(-30 / 180)
 
 
 def test_no_saturation_and_degenerate_sweeps() -> None:
-    sat = lg.find_saturation([(1, 100.0), (2, 200.0), (4, 400.0)])
+    sat = outputs.find_saturation([(1, 100.0), (2, 200.0), (4, 400.0)])
     assert sat.concurrency is None and sat.recommended_max_num_seqs is None
     assert "extend the sweep" in sat.explanation
-    assert lg.find_saturation([(1, 100.0)]).concurrency is None
+    assert outputs.find_saturation([(1, 100.0)]).concurrency is None
     # a level where everything failed (0 tokens/s) is not a baseline for the next one
-    assert lg.find_saturation([(1, 0.0), (2, 100.0), (4, 300.0)]).concurrency is None
+    assert outputs.find_saturation([(1, 0.0), (2, 100.0), (4, 300.0)]).concurrency is None
     with pytest.raises(ValueError):
-        lg.find_saturation([(1, 1.0)], min_growth=-0.1)
+        outputs.find_saturation([(1, 1.0)], min_growth=-0.1)
 
 
 # ---------------------------------------------------------------- prompts
 
 
 def test_synthetic_prompts_have_the_length_and_differ() -> None:
-    a, b = lg.synthetic_prompt(100, 0), lg.synthetic_prompt(100, 1)
+    a, b = prompts.synthetic_prompt(100, 0), prompts.synthetic_prompt(100, 1)
     assert a != b and a.split()[:2] != b.split()[:2]
     assert len(a.split()) == 100 - 6 + 5  # header is 5 words (about 6 tokens) + 94 list words
-    assert lg.synthetic_prompt(3, 0) == "Request 0: continue this list."
+    assert prompts.synthetic_prompt(3, 0) == "Request 0: continue this list."
     with pytest.raises(ValueError):
-        lg.synthetic_prompt(0, 0)
+        prompts.synthetic_prompt(0, 0)
 
 
 def test_load_prompts_lines_and_jsonl(tmp_path: Path) -> None:
     f = tmp_path / "p.txt"
     f.write_text('plain one\n\n{"prompt": "from json"}\n"a json string"\n{"text": "t"}\n', encoding="utf-8")
-    assert lg.load_prompts(f) == ["plain one", "from json", "a json string", "t"]
-    src = lg.PromptSource(None, tuple(lg.load_prompts(f)))
+    assert prompts.load_prompts(f) == ["plain one", "from json", "a json string", "t"]
+    src = prompts.PromptSource(None, tuple(prompts.load_prompts(f)))
     assert [src.get(i) for i in (0, 4, 5)] == ["plain one", "plain one", "from json"]
 
 
@@ -219,10 +219,27 @@ def test_load_prompts_errors_name_file_and_line(tmp_path: Path, content: str, ne
     f = tmp_path / "p.txt"
     f.write_text(content, encoding="utf-8")
     with pytest.raises(ConduitError) as exc:
-        lg.load_prompts(f)
+        prompts.load_prompts(f)
     assert needle in str(exc.value)
     with pytest.raises(ConduitError, match="cannot read prompts file"):
-        lg.load_prompts(tmp_path / "missing.txt")
+        prompts.load_prompts(tmp_path / "missing.txt")
+
+
+def test_closed_loop_keeps_at_most_one_job_per_worker_and_orders_results() -> None:
+    running, peak = 0, 0
+
+    async def job(worker: str, i: int) -> tuple[str, int]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.001 * (i % 3))
+        running -= 1
+        return worker, i
+
+    got = asyncio.run(arrivals.closed_loop(["a", "b", "c"], 10, job))
+    assert [i for _, i in got] == list(range(10)) and peak == 3
+    assert {w for w, _ in got} == {"a", "b", "c"}
+    assert asyncio.run(arrivals.closed_loop(["a", "b", "c"], 1, job)) == [("a", 0)]  # fewer jobs than workers
 
 
 # ---------------------------------------------------------------- engine against a real server
@@ -234,20 +251,20 @@ def server() -> Iterator[ScriptedServer]:
         yield srv
 
 
-def _sweep(cfg: lg.BenchConfig) -> lg.SweepResult:
-    return asyncio.run(lg.run_sweep(cfg))
+def _sweep(cfg: runner.BenchConfig) -> outputs.SweepResult:
+    return asyncio.run(runner.run_sweep(cfg))
 
 
-def _cfg(srv: ScriptedServer, protocol: str = "openai", **kw: object) -> lg.BenchConfig:
+def _cfg(srv: ScriptedServer, protocol: str = "openai", **kw: object) -> runner.BenchConfig:
     base = srv.root + "/v1" if protocol == "openai" else srv.root
-    ep = lg.Endpoint(base, protocol, key=kw.pop("key", KEY), auth=kw.pop("auth", None))  # type: ignore[arg-type]
+    ep = wire.Endpoint(base, protocol, key=kw.pop("key", KEY), auth=kw.pop("auth", None))  # type: ignore[arg-type]
     kw.setdefault("requests", 3)
     kw.setdefault("concurrency", (1,))
-    kw.setdefault("prompts", lg.PromptSource(16))
-    return lg.BenchConfig(ep, "test-model", **kw)  # type: ignore[arg-type]
+    kw.setdefault("prompts", prompts.PromptSource(16))
+    return runner.BenchConfig(ep, "test-model", **kw)  # type: ignore[arg-type]
 
 
-def _check_scripted_timing(lv: lg.LevelStats, script: Script) -> None:
+def _check_scripted_timing(lv: stats.LevelStats, script: Script) -> None:
     for r in lv.results:
         assert r.ok, r.detail
         assert r.content_chunks == script.tokens
@@ -257,7 +274,7 @@ def _check_scripted_timing(lv: lg.LevelStats, script: Script) -> None:
         assert r.e2e_s >= script.first_token_s + (script.tokens - 1) * script.inter_token_s
         assert r.t_first is not None and r.t_last is not None
         assert r.tpot_s == (r.t_last - r.t_first) / (r.output_tokens - 1)  # exact, on recorded stamps
-    assert lv.ttft.p50 == lg.percentile([r.ttft_s for r in lv.results if r.ttft_s is not None], 50)
+    assert lv.ttft.p50 == units.percentile([r.ttft_s for r in lv.results if r.ttft_s is not None], 50)
     assert lv.output_tokens == sum(r.output_tokens for r in lv.results)
 
 
@@ -311,8 +328,8 @@ def test_level_runs_its_concurrency_and_prompts_differ_across_levels(server: Scr
     sweep = _sweep(_cfg(server, requests=8, concurrency=(4, 2)))
     assert server.hold_timed_out == 0 and server.max_in_flight == 4  # 4 at once, never more
     assert [lv.ok for lv in sweep.levels] == [8, 8]
-    prompts = [s.body["messages"][0]["content"] for s in server.seen]
-    assert len(prompts) == 16 and len(set(prompts)) == 16  # no prefix-cache reuse across the sweep
+    sent = [s.body["messages"][0]["content"] for s in server.seen]
+    assert len(sent) == 16 and len(set(sent)) == 16  # no prefix-cache reuse across the sweep
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
@@ -343,7 +360,7 @@ def test_connection_refused_is_connect() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = lg.BenchConfig(lg.Endpoint(f"http://127.0.0.1:{port}/v1"), "m", requests=2, concurrency=(1,))
+    cfg = runner.BenchConfig(wire.Endpoint(f"http://127.0.0.1:{port}/v1"), "m", requests=2, concurrency=(1,))
     (lv,) = _sweep(cfg).levels
     assert lv.errors == {"connect": 2}
 
@@ -364,7 +381,7 @@ def test_read_timeout_is_timeout(server: ScriptedServer) -> None:
 
 
 def test_wrong_path_is_a_404_not_a_crash(server: ScriptedServer) -> None:
-    cfg = lg.BenchConfig(lg.Endpoint(server.root + "/v1", "anthropic"), "m", requests=1, concurrency=(1,))
+    cfg = runner.BenchConfig(wire.Endpoint(server.root + "/v1", "anthropic"), "m", requests=1, concurrency=(1,))
     (lv,) = _sweep(cfg).levels  # would request /v1/v1/messages
     assert lv.errors == {"http_4xx": 1}
 
@@ -373,27 +390,27 @@ def test_wrong_path_is_a_404_not_a_crash(server: ScriptedServer) -> None:
 
 
 def test_config_validation_and_key_never_shown() -> None:
-    ep = lg.Endpoint("http://127.0.0.1:9/v1/", "openai", key=KEY)
+    ep = wire.Endpoint("http://127.0.0.1:9/v1/", "openai", key=KEY)
     assert ep.url == "http://127.0.0.1:9/v1/chat/completions"
     assert KEY not in repr(ep) and fingerprint(KEY) in repr(ep)
-    cfg = lg.BenchConfig(ep, "m")
+    cfg = runner.BenchConfig(ep, "m")
     assert KEY not in json.dumps(cfg.describe()) and cfg.concurrency == (1, 2, 4, 8, 16, 32, 64)
     with pytest.raises(ConduitError, match="vLLM extension"):
-        lg.BenchConfig(lg.Endpoint("http://h", "anthropic"), "m", ignore_eos=True)
+        runner.BenchConfig(wire.Endpoint("http://h", "anthropic"), "m", ignore_eos=True)
     with pytest.raises(ConduitError, match="requests"):
-        lg.BenchConfig(ep, "m", requests=0)
+        runner.BenchConfig(ep, "m", requests=0)
     with pytest.raises(ConduitError, match="not an http"):
-        lg.Endpoint("127.0.0.1:8000/v1")
-    assert lg.parse_levels("1, 2,4") == (1, 2, 4)
+        wire.Endpoint("127.0.0.1:8000/v1")
+    assert arrivals.parse_levels("1, 2,4") == (1, 2, 4)
     with pytest.raises(ValueError):
-        lg.parse_levels("1,0")
+        arrivals.parse_levels("1,0")
 
 
 def test_json_and_csv_writers(server: ScriptedServer, tmp_path: Path) -> None:
     server.script = Script(tokens=3)
     sweep = _sweep(_cfg(server, requests=2, concurrency=(1, 2)))
-    lg.write_json(tmp_path / "out" / "b.json", sweep)
-    lg.write_csv(tmp_path / "b.csv", sweep)
+    outputs.write_json(tmp_path / "out" / "b.json", sweep)
+    outputs.write_csv(tmp_path / "b.csv", sweep)
     text = (tmp_path / "out" / "b.json").read_text()
     assert KEY not in text
     doc = json.loads(text)
@@ -404,28 +421,28 @@ def test_json_and_csv_writers(server: ScriptedServer, tmp_path: Path) -> None:
     assert "saturation" in doc and doc["config"]["key"] == fingerprint(KEY)
     rows = list(csv.DictReader((tmp_path / "b.csv").read_text().splitlines()))
     assert [int(r["concurrency"]) for r in rows] == [1, 2]
-    assert list(rows[0]) == list(lg.CSV_FIELDS)
+    assert list(rows[0]) == list(outputs.CSV_FIELDS)
     assert float(rows[1]["output_tokens_per_s"]) == pytest.approx(sweep.levels[1].output_tokens_per_s)
     with pytest.raises(ConduitError, match="cannot write"):
-        lg.write_csv(tmp_path / "b.csv" / "x.csv", sweep)
+        outputs.write_csv(tmp_path / "b.csv" / "x.csv", sweep)
 
 
-def _tiny_sweep() -> lg.SweepResult:
-    levels = [lg.summarize_level(c, [_rec(0, 0.0, 0.5, 1.0, 1.0, chunks=3)], wall_s=1.0 / c) for c in (1, 2, 4)]
-    return lg.SweepResult({"model": "m"}, levels, lg.saturation_of(levels))
+def _tiny_sweep() -> outputs.SweepResult:
+    levels = [stats.summarize_level(c, [_rec(0, 0.0, 0.5, 1.0, 1.0, chunks=3)], wall_s=1.0 / c) for c in (1, 2, 4)]
+    return outputs.SweepResult({"model": "m"}, levels, outputs.saturation_of(levels))
 
 
 def test_plot_when_matplotlib_is_importable(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    lg.write_plot(tmp_path / "p.png", _tiny_sweep())
+    outputs.write_plot(tmp_path / "p.png", _tiny_sweep())
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_without_matplotlib_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    assert not lg.plotting_available()
+    assert not outputs.plotting_available()
     with pytest.raises(ConduitError) as exc:
-        lg.write_plot(tmp_path / "p.png", _tiny_sweep())
+        outputs.write_plot(tmp_path / "p.png", _tiny_sweep())
     assert "conduit[plot]" in str(exc.value) and not (tmp_path / "p.png").exists()
 
 
@@ -433,16 +450,12 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path: Path, monkeypatc
 
 
 @pytest.fixture
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    """cli.main with only the bench module registered (the other command modules are integrated elsewhere)."""
-
-    def register() -> None:
-        from conduit.daemon.cli import bench as cmd_bench  # noqa: F401
-
-    monkeypatch.setattr(cli, "_register_commands", register)
+def run_cli(capsys: pytest.CaptureFixture[str]):
+    """``conduit bench ARGS`` through the CLI's entry point: (exit code, stdout, stderr)."""
+    from conduit.daemon.cli.main import main
 
     def run(*args: str) -> tuple[int, str, str]:
-        rc = cli.main(["bench", *args])
+        rc = main(["bench", *args])
         out, err = capsys.readouterr()
         return rc, out, err
 
@@ -522,6 +535,15 @@ def test_cli_bad_input_is_a_message_not_a_traceback(run_cli, args: list[str], co
     rc, out, err = run_cli(*args)
     assert rc == code
     assert needle in out + err and "Traceback" not in out + err
+
+
+def test_cli_timeout_takes_a_duration(server: ScriptedServer, run_cli) -> None:
+    server.script = Script(tokens=2)
+    rc, out, err = run_cli("--base-url", server.root + "/v1", "--model", "m", "--requests", "1",
+                           "--concurrency", "1", "--timeout", "2m")
+    assert rc == 0, err
+    rc, out, err = run_cli("--base-url", server.root + "/v1", "--model", "m", "--timeout", "soon")
+    assert rc == 3 and "--timeout: 'soon' is not a duration" in err and server.seen[1:] == []
 
 
 def test_cli_refuses_a_wrapped_key_without_printing_it(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,14 +1,15 @@
 """Field cases (shared/cases/README.md) for every OpenAI-protocol adapter, through the shared code.
 
-One table of tools; each case runs for each of them: base URLs (C02-C05, C13, /v4), keys (C06, C07, C08, C14),
-file modes (new key files 0600, C17-style tightening), symlinks, the lifecycle (second sync writes nothing),
-and the real-client test: the ``openai`` SDK, configured only from what the adapter wrote, reaches a loopback
-gateway under ``/api`` at the path the tool would request.
+The tools come from the registry (every adapter with ``protocol = "openai"``), their sample files from
+``toolsamples.SAMPLES``, and what each tool will send from the adapter's own ``client_view``: a new OpenAI tool
+runs every case here without editing this file. Each case runs for each of them: base URLs (C02-C05, C13, /v4),
+keys (C06, C07, C08, C14), file modes (new key files 0600, C17-style tightening), symlinks, the lifecycle
+(second sync writes nothing), and the real-client test: the ``openai`` SDK, configured only from what the
+adapter's files say, reaches a loopback gateway under ``/api`` at the path the tool would request.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,87 +17,42 @@ from pathlib import Path
 
 import openai
 import pytest
-import tomlkit
 import toolsamples
 from gateways import COMPLETION, RESPONSE, Gateway
-from ruamel.yaml import YAML
-from toolfiles import cline_gen_c, lifecycle, run_sync, write_profile
+from toolfiles import lifecycle, run_sync, write_profile
 
-from conduit.adapters.textformats import parse_jsonc, read_dotenv
-
-
-@dataclass(frozen=True)
-class Wrote:
-    """What a tool will use, read back from the files its adapter wrote."""
-
-    base_url: str
-    key: str
-    model: str
-    endpoint: str = "chat/completions"  # what the tool appends to base_url
-
-
-def _yaml(path: Path) -> dict:
-    return YAML(typ="safe").load(path.read_text())
-
-
-def read_cline(home: Path) -> Wrote:
-    s = json.loads((home / ".cline/data/settings/providers.json").read_text())["providers"]["openai-compatible"]
-    return Wrote(s["settings"]["baseUrl"], s["settings"]["apiKey"], s["settings"]["model"])
-
-
-def read_codex(home: Path) -> Wrote:
-    doc = tomlkit.parse((home / ".codex/config.toml").read_text()).unwrap()
-    prov = doc["model_providers"][doc["model_provider"]]
-    key = read_dotenv((home / ".codex/.env").read_text())[prov["env_key"]]
-    endpoint = "responses" if prov["wire_api"] == "responses" else "chat/completions"
-    return Wrote(prov["base_url"], key, doc["model"], endpoint)
-
-
-def read_opencode(home: Path) -> Wrote:
-    doc = parse_jsonc((home / ".config/opencode/opencode.jsonc").read_text(), path=Path("x"))
-    provider_id, model = doc["model"].split("/", 1)
-    opts = doc["provider"][provider_id]["options"]
-    ref = opts["apiKey"]
-    assert ref.startswith("{file:") and ref.endswith("}"), ref  # the literal key is not in the config
-    key = Path(ref[6:-1]).expanduser().read_text().strip()  # OpenCode trims the file's text
-    assert model in doc["provider"][provider_id]["models"]
-    return Wrote(opts["baseURL"], key, model)
-
-
-def read_continue(home: Path) -> Wrote:
-    entry = next(m for m in _yaml(home / ".continue/config.yaml")["models"] if m["name"] == "conduit")
-    assert entry["provider"] == "openai"
-    base = entry["apiBase"] if entry["apiBase"].endswith("/") else entry["apiBase"] + "/"  # as Continue does
-    return Wrote(base, entry["apiKey"], entry["model"])
-
-
-def read_aider(home: Path) -> Wrote:
-    doc = _yaml(home / ".aider.conf.yml")
-    assert doc["model"].startswith("openai/")
-    return Wrote(doc["openai-api-base"], doc["openai-api-key"], doc["model"].removeprefix("openai/"))
+from conduit.adapters.base import Adapter, ClientView, Env
+from conduit.adapters.registry import ADAPTERS
 
 
 @dataclass(frozen=True)
 class Tool:
+    """One OpenAI-protocol adapter and its sample files."""
+
     name: str
-    setup: Callable[[Path], object]
-    read: Callable[[Path], Wrote]
-    key_files: Callable[[Path], list[Path]]  # files that hold the key after a sync
+    adapter: Adapter
+
+    def setup(self, home: Path) -> Path:
+        """Write the tool's sample files under ``home``; returns its main file."""
+        assert self.name in toolsamples.SAMPLES, f"add a sample for {self.name} to tests/toolsamples.py SAMPLES"
+        return toolsamples.SAMPLES[self.name](home)
+
+    def read(self, home: Path) -> ClientView:
+        """What the tool will send, from its files under ``home`` (the adapter's ``client_view``)."""
+        view = self.adapter.client_view(Env(dict(os.environ, HOME=str(home)), cwd=home))
+        assert view is not None, f"{self.name}: client_view found no OpenAI client settings after a sync"
+        return view
+
+    def key_files(self, home: Path) -> tuple[Path, ...]:
+        """The files that hold the key after a sync."""
+        return self.read(home).key_files
 
 
-TOOLS = [
-    Tool("cline", cline_gen_c, read_cline, lambda h: [h / ".cline/data/settings/providers.json"]),
-    Tool("codex", toolsamples.codex, read_codex, lambda h: [h / ".codex/.env"]),
-    Tool("opencode", toolsamples.opencode, read_opencode,
-         lambda h: [h / ".config/conduit/tool-keys/gw.key"]),
-    Tool("continue", toolsamples.continue_dev, read_continue, lambda h: [h / ".continue/config.yaml"]),
-    Tool("aider", toolsamples.aider, read_aider, lambda h: [h / ".aider.conf.yml"]),
-]
-NEW_TOOLS = [t for t in TOOLS if t.name != "cline"]
+TOOLS = [Tool(name, a) for name, a in ADAPTERS.items() if a.protocol == "openai"]
 ids = [t.name for t in TOOLS]
 
 
-def setup_sync(home: Path, tool: Tool, base_url: str = "https://gw.example.com/api", **kw) -> Wrote:
+def setup_sync(home: Path, tool: Tool, base_url: str = "https://gw.example.com/api", **kw) -> ClientView:
     tool.setup(home)
     write_profile(home, base_url, tools=(tool.name,), **kw)
     lifecycle(home)
@@ -136,7 +92,7 @@ def test_key_cleaned(temp_home: Path, tool: Tool, case: str, key_text: str) -> N
     assert wrote.key == "sk-test-abc"
 
 
-@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
 @pytest.mark.parametrize("key_text", ["sk-test-ab\ncd", "sk-test-abc\u2211def"], ids=["C07", "C08"])
 def test_bad_key_writes_nothing(temp_home: Path, tool: Tool, key_text: str) -> None:
     tool.setup(temp_home)
@@ -152,15 +108,16 @@ def test_bad_key_writes_nothing(temp_home: Path, tool: Tool, key_text: str) -> N
 # ------------------------------------------------------------------------------------ file modes, symlinks
 
 
-@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
 def test_key_files_are_0600(temp_home: Path, tool: Tool) -> None:
     setup_sync(temp_home, tool)
+    assert tool.key_files(temp_home), f"{tool.name}: client_view names no file holding the key"
     for path in tool.key_files(temp_home):
         assert "sk-test-abc" in path.read_text()
         assert path.stat().st_mode & 0o777 == 0o600, path
 
 
-@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
 def test_loose_key_file_tightened(temp_home: Path, tool: Tool) -> None:
     tool.setup(temp_home)
     write_profile(temp_home, tools=(tool.name,))
@@ -174,7 +131,7 @@ def test_loose_key_file_tightened(temp_home: Path, tool: Tool) -> None:
         assert path.stat().st_mode & 0o777 == 0o600, path
 
 
-@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
 def test_symlinked_file_written_through(temp_home: Path, tool: Tool) -> None:
     main = tool.setup(temp_home)
     assert isinstance(main, Path)
@@ -189,7 +146,7 @@ def test_symlinked_file_written_through(temp_home: Path, tool: Tool) -> None:
     assert tool.read(temp_home).base_url.rstrip("/") == "https://gw.example.com/api/v1"
 
 
-@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
 def test_model_change_moves_only_model(temp_home: Path, tool: Tool) -> None:
     setup_sync(temp_home, tool)
     write_profile(temp_home, tools=(tool.name,), model="glm-4.6")
@@ -197,7 +154,7 @@ def test_model_change_moves_only_model(temp_home: Path, tool: Tool) -> None:
     assert tool.read(temp_home).model == "glm-4.6"
 
 
-@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
 def test_dry_run_writes_nothing_and_masks_key(temp_home: Path, tool: Tool) -> None:
     from conduit.adapters.base import Env
     from conduit.daemon.config.profile import load_profile
@@ -214,12 +171,12 @@ def test_dry_run_writes_nothing_and_masks_key(temp_home: Path, tool: Tool) -> No
     assert before == {p: p.read_bytes() for p in temp_home.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("tool", NEW_TOOLS, ids=[t.name for t in NEW_TOOLS])
+@pytest.mark.parametrize("tool", TOOLS, ids=ids)
 def test_not_installed_is_reported_not_created(temp_home: Path, tool: Tool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(temp_home / "empty-bin"))  # no `aider` on PATH
     write_profile(temp_home, tools=(tool.name,))
     (report,) = run_sync(temp_home).tools
-    assert report.status == "not_found" and "create = true" in (report.message or "")
+    assert report.status == "not_found" and f"[tools.{tool.name}]" in (report.message or "")
 
 
 # ------------------------------------------------------------------------------------------ real clients

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from conduit.daemon.config.profile import find_line, load_profile, parse_profile, use_model
+from conduit.daemon.config.edit import use_model
+from conduit.daemon.config.profile import find_line, load_profile, parse_profile
 from conduit.daemon.sync.init import TEMPLATES, starter_text
 from conduit.errors import BadArguments, ProfileError
 

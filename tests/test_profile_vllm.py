@@ -14,13 +14,14 @@ from toolfiles import claude_settings, cline_gen_b
 
 from conduit.adapters.base import Env
 from conduit.daemon.agent.prober import targets_for
-from conduit.daemon.config.profile import load_profile, parse_profile, use_model
+from conduit.daemon.config.edit import use_model
+from conduit.daemon.config.profile import load_profile, parse_profile
 from conduit.daemon.config.resolve import Resolver, vllm_settings
 from conduit.daemon.sync.engine import sync
 from conduit.errors import KeyError_, ProfileError
 
 KEY = "sk-local-0123456789abcdefghij"
-CONDUIT = [sys.executable, "-m", "conduit.daemon.cli.app"]
+CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
 
 HOSTED = """version = 1
 channel = "gw"

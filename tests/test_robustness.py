@@ -89,7 +89,7 @@ print(sorted(m for m in sys.modules if m.startswith("conduit.daemon")))
 
 def test_init_with_an_unusable_found_url_falls_back(temp_home: Path) -> None:
     claude_settings(temp_home, {"env": {"ANTHROPIC_BASE_URL": "localhost:4000"}})
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "init"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "init"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert "starter profile" in r.stdout
@@ -97,10 +97,10 @@ def test_init_with_an_unusable_found_url_falls_back(temp_home: Path) -> None:
 
 
 def test_key_like_secret_names(temp_home: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "key", "set", "sk-live-0123456789abcdef"],
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "set", "sk-live-0123456789abcdef"],
                        input="x", capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "looks like an API key" in r.stderr and "0123456789abcdef" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "key", "set", "key-prod"], input="sk-test-abc\n",
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "set", "key-prod"], input="sk-test-abc\n",
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 

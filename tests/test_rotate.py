@@ -69,7 +69,7 @@ def _setup(home: Path, gateway: Gateway, extra: str = "") -> Path:
 def rotate(home: Path, *args: str, stdin: str = NEW + "\n") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, HOME=str(home), NO_COLOR="1", COLUMNS="200")
     env.pop("NOTIFY_SOCKET", None)
-    return subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "key", "rotate", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "rotate", *args], input=stdin,
                           capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -122,10 +122,10 @@ def test_rotate_without_daemon_syncs_directly_into_the_secrets_file(temp_home: P
     text = profile.read_text().replace('key = { file = "~/.config/conduit/keys/gw" }', 'key = { secret = "gw" }')
     profile.write_text(text)
     (temp_home / ".config" / "conduit" / "keys" / "gw").unlink()  # this channel keeps its key in secrets.toml
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "key", "set", "gw"], input=OLD, text=True,
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "set", "gw"], input=OLD, text=True,
                        capture_output=True, env=dict(os.environ, HOME=str(temp_home)), timeout=60)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "sync"], text=True, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], text=True, capture_output=True,
                        env=dict(os.environ, HOME=str(temp_home)), timeout=60)
     assert r.returncode == 0, r.stderr
     assert keys(temp_home) == (OLD, OLD, OLD)

@@ -6,6 +6,7 @@ after an engine death, /health 503), plus C16 (no EngineCore/Worker left), adopt
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -19,8 +20,10 @@ import psutil
 import pytest
 from procs import alive, has_engine_and_worker, names
 
+from conduit.daemon.agent.gpu import memory_by_index
 from conduit.daemon.config.vllm import VllmSettings
-from conduit.daemon.vllm.supervisor import IllegalTransition, Supervisor, VllmState, group_members, kill_group
+from conduit.daemon.vllm.process import group_members, kill_group
+from conduit.daemon.vllm.supervisor import IllegalTransition, Supervisor, VllmState
 from conduit.errors import ConduitError
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
@@ -46,11 +49,16 @@ def settings(**kw: Any) -> VllmSettings:
     return VllmSettings.model_validate(base)
 
 
+def no_gpu() -> None:
+    """The memory probe of a machine without an NVIDIA GPU (the preflight has nothing to check)."""
+    return None
+
+
 def run(body: Callable[[Supervisor], Awaitable[None]], s: VllmSettings, **kw: Any) -> Supervisor:
     """Run ``body`` with a running supervisor; afterwards stop vLLM and check nothing of any launch is left."""
 
     async def main() -> Supervisor:
-        sup = Supervisor(s, **kw)
+        sup = Supervisor(s, **{"memory_probe": no_gpu, **kw})
         task = asyncio.create_task(sup.run())
         seen: set[int] = set()
         try:
@@ -224,14 +232,14 @@ def test_agent_restart_adopts_a_healthy_server() -> None:
     s = settings(env={"FAKE_VLLM_CHILDREN": 1})
 
     async def main() -> None:
-        first = Supervisor(s)
+        first = Supervisor(s, memory_probe=no_gpu)
         t1 = asyncio.create_task(first.run())
         await first.wait_for(S.READY, timeout_s=20)
         pid, group = first.snapshot()["pid"], first.pids()
         await first.aclose(stop_vllm=False)  # the agent goes away; vLLM keeps serving
         assert t1.done() and alive(group) == group
 
-        second = Supervisor(s)
+        second = Supervisor(s, memory_probe=no_gpu)
         t2 = asyncio.create_task(second.run())
         await second.wait_for(S.READY, timeout_s=10)
         snap = second.snapshot()
@@ -251,7 +259,7 @@ def test_agent_restart_kills_an_orphaned_engine() -> None:
     s = settings(env={"FAKE_VLLM_CHILDREN": 1})
 
     async def main() -> None:
-        first = Supervisor(s)
+        first = Supervisor(s, memory_probe=no_gpu)
         asyncio.create_task(first.run())
         await first.wait_for(S.READY, timeout_s=20)
         group = first.pids()
@@ -260,7 +268,7 @@ def test_agent_restart_kills_an_orphaned_engine() -> None:
         await asyncio.sleep(0.2)
         assert has_engine_and_worker(alive(group))
 
-        second = Supervisor(s, autostart=False)
+        second = Supervisor(s, memory_probe=no_gpu, autostart=False)
         t2 = asyncio.create_task(second.run())
         for _ in range(200):
             if not alive(group):
@@ -297,6 +305,24 @@ def test_gpu_preflight_passes_when_memory_is_free() -> None:
     run(body, settings(gpu_memory_utilization=0.5), memory_probe=lambda: [(0, 60 * g, 80 * g)])
 
 
+def test_gpu_preflight_reads_the_fake_device_set_through_agent_gpu(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe the agent and `conduit vllm run` pass (agent.gpu.memory_by_index) honours $CONDUIT_FAKE_GPUS."""
+    g = 1024**3
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [
+        {"name": "NVIDIA H100", "uuid": "GPU-0", "total": 80 * g, "used": 70 * g, "free": 10 * g}]}))
+    monkeypatch.setenv("CONDUIT_FAKE_GPUS", str(spec))
+
+    async def body(sup: Supervisor) -> None:
+        await sup.wait_for(S.FAILED, timeout_s=10)
+        f = sup.snapshot()["last_failure"]
+        assert f["kind"] == "gpu_memory" and "GPU 0: 10.00 GiB free of 80.00 GiB" in f["reason"]
+        assert not sup.log_path.exists()
+
+    run(body, settings(gpu_memory_utilization=0.9), memory_probe=memory_by_index)
+
+
 def test_missing_interpreter_fails_with_a_reason() -> None:
     async def body(sup: Supervisor) -> None:
         await sup.wait_for(S.FAILED, timeout_s=10)
@@ -307,7 +333,7 @@ def test_missing_interpreter_fails_with_a_reason() -> None:
 
 
 def test_commands_need_the_loop_and_illegal_transitions_are_errors() -> None:
-    sup = Supervisor(settings())
+    sup = Supervisor(settings(), memory_probe=no_gpu)
     with pytest.raises(ConduitError):
         asyncio.run(sup.start())
     with pytest.raises(IllegalTransition) as exc:

@@ -144,7 +144,7 @@ def test_service_install_cli_warns_about_env_keys(temp_home: Path) -> None:
     write_profile(temp_home, key_text=None, tools=("claude_code",),
                   extra="").write_text((temp_home / ".config/conduit/profile.toml").read_text().replace(
                       'auth = "bearer"', 'key = { env = "GW_KEY" }\nauth = "bearer"'))
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "service", "install"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "service", "install"], capture_output=True,
                        text=True, env=dict(os.environ, HOME=str(temp_home)), timeout=60)
     assert r.returncode == 0, r.stderr
     assert "wrote" in r.stdout and "systemctl --user enable --now conduit-sync.service" in r.stdout

@@ -8,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conduit.daemon.config.vllm import (
-    API_SERVER_MODULE,
-    detect_install,
-    load,
-    parse_version,
-)
+from conduit.daemon.config.vllm import API_SERVER_MODULE, load
+from conduit.daemon.vllm.settings import detect_install, parse_version, to_argv
 from conduit.errors import ConduitError, ProfileError
 
 KEY = "sk-live-abcdefghijklmnopqrstuvwxyz0123"
@@ -21,7 +17,7 @@ KEY = "sk-live-abcdefghijklmnopqrstuvwxyz0123"
 
 def test_minimal_table_gives_model_host_port_only() -> None:
     s = load({"model": "/models/m"})
-    argv, warnings = s.to_argv((0, 32, 0))
+    argv, warnings = to_argv(s, (0, 32, 0))
     assert argv == ["--model", "/models/m", "--host", "127.0.0.1", "--port", "8000"]
     assert warnings == []
     assert s.name == "/models/m"
@@ -36,7 +32,7 @@ def test_every_setting_becomes_its_flag() -> None:
         "enforce_eager": True, "tensor_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 1,
         "speculative": {"model": "/draft", "num_speculative_tokens": 4}, "extra_args": ["--seed", "7"],
     })
-    argv, warnings = s.to_argv((0, 32, 0))
+    argv, warnings = to_argv(s, (0, 32, 0))
     pairs = dict(zip(argv[::2], argv[1::2], strict=False))
     assert pairs["--served-model-name"] == "qwen"
     assert pairs["--port"] == "8011"
@@ -56,7 +52,7 @@ def test_every_setting_becomes_its_flag() -> None:
 
 def test_old_versions_get_the_old_speculative_flags() -> None:
     s = load({"model": "/m", "speculative": {"model": "/draft", "num_speculative_tokens": 3}})
-    argv, _ = s.to_argv((0, 7, 3))
+    argv, _ = to_argv(s, (0, 7, 3))
     assert argv[argv.index("--speculative-model") + 1] == "/draft"
     assert argv[argv.index("--num-speculative-tokens") + 1] == "3"
 
@@ -64,20 +60,20 @@ def test_old_versions_get_the_old_speculative_flags() -> None:
 @pytest.mark.parametrize("version", [(0, 18, 0), (0, 32, 0), None])
 def test_c15_swap_space_dropped_with_a_warning_since_0_18(version: tuple[int, int, int] | None) -> None:
     s = load({"model": "/m", "swap_space": 4})
-    argv, warnings = s.to_argv(version)
+    argv, warnings = to_argv(s, version)
     assert "--swap-space" not in argv
     assert len(warnings) == 1 and "swap_space" in warnings[0] and "0.18" in warnings[0]
 
 
 def test_swap_space_still_passed_to_older_vllm() -> None:
-    argv, warnings = load({"model": "/m", "swap_space": 4}).to_argv((0, 17, 1))
+    argv, warnings = to_argv(load({"model": "/m", "swap_space": 4}), (0, 17, 1))
     assert argv[argv.index("--swap-space") + 1] == "4"
     assert warnings == []
 
 
 def test_swap_space_in_extra_args_dropped_too() -> None:
     s = load({"model": "/m", "extra_args": ["--swap-space", "8", "--seed", "1", "--swap-space=2"]})
-    argv, warnings = s.to_argv((0, 32, 0))
+    argv, warnings = to_argv(s, (0, 32, 0))
     assert argv[-2:] == ["--seed", "1"] and not any("swap" in a for a in argv)
     assert warnings and "--swap-space" in warnings[0]
 
@@ -103,7 +99,7 @@ def test_bad_tables_name_the_key(table: dict[str, object], path: str) -> None:
 
 def test_api_key_never_in_argv_repr_or_fingerprint() -> None:
     s = load({"model": "/m", "api_key": KEY})
-    argv, _ = s.to_argv((0, 32, 0))
+    argv, _ = to_argv(s, (0, 32, 0))
     assert KEY not in " ".join(argv)
     assert KEY not in repr(s) and KEY not in str(s)
     assert KEY not in s.launch_fingerprint()

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from agentproc import AgentProc, GiB, conduit_exe, fake_gpu, short_dir
 
-from conduit.daemon.cli.agent import BadArguments, Conditions, parse_duration, parse_size, unmet, wait_until
-from conduit.errors import AgentUnreachable
+from conduit.daemon.agent.wait import Conditions, unmet, wait_until
+from conduit.errors import AgentUnreachable, BadArguments
+from conduit.units import parse_duration, parse_size
 
 
 def run_wait(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -47,7 +48,7 @@ def test_timeout_names_what_is_missing(temp_home: Path) -> None:
         out = run_wait(agent.env, "--vram-free", "20GiB", "--vllm-ready", "--timeout", "1s")
         assert out.returncode == 1
         assert "timed out after 1 s" in out.stderr
-        assert "want 20.0 GiB free; GPU 0: 5.0 GiB free" in out.stderr
+        assert "want 20.00 GiB free; GPU 0: 5.00 GiB free" in out.stderr
         assert "vLLM is not ready (state: not_configured)" in out.stderr
 
 
@@ -64,6 +65,7 @@ def test_agent_down_exits_2(temp_home: Path) -> None:
 @pytest.mark.parametrize("args", [
     [],  # nothing to wait for
     ["--vram-free", "twenty"],
+    ["--vram-free", "1500000000"],  # a bare number: bytes or GiB? it must say
     ["--vram-free", "1GiB", "--timeout", "soon"],
     ["--gpu", "0", "--vllm-ready"],
     ["--no-such-flag"],
@@ -73,6 +75,21 @@ def test_bad_arguments_exit_3(temp_home: Path, args: list[str]) -> None:
     out = run_wait(env, *args)
     assert out.returncode == 3, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr
+
+
+def test_a_bare_number_says_what_to_write(temp_home: Path) -> None:
+    env = dict(os.environ, HOME=str(temp_home), CONDUIT_AGENT_SOCKET="/nonexistent/agent.sock")
+    out = run_wait(env, "--vram-free", "1500000000")
+    assert out.returncode == 3
+    assert "--vram-free: '1500000000' has no unit; did you mean 1500000000GiB?" in out.stderr
+    assert "1500000000B" in out.stderr  # the hint names how to write bytes
+
+
+def test_bytes_with_a_unit_are_accepted(temp_home: Path) -> None:
+    with AgentProc(temp_home, gpus={"devices": [fake_gpu(0, free=30 * GiB)]}) as agent:
+        agent.wait_for("/v1/gpus", lambda b: b["gpus"])
+        out = run_wait(agent.env, "--vram-free", "1500000000B", "--timeout", "10s")
+        assert out.returncode == 0, out.stderr
 
 
 def test_unknown_gpu_or_channel_exit_3(temp_home: Path) -> None:
@@ -86,10 +103,10 @@ def test_unknown_gpu_or_channel_exit_3(temp_home: Path) -> None:
 
 def test_parse_size_and_duration() -> None:
     assert parse_size("20GiB") == 20 * GiB == parse_size("20g") == parse_size("20 G")
-    assert parse_size("1.5GB") == 1_500_000_000 and parse_size("512MiB") == 512 * 1024**2 and parse_size("7") == 7
+    assert parse_size("1.5GB") == 1_500_000_000 and parse_size("512MiB") == 512 * 1024**2 and parse_size("7B") == 7
     assert parse_duration("10m") == 600 and parse_duration("1h30m") == 5400 and parse_duration("500ms") == 0.5
     assert parse_duration("90") == 90
-    for bad in ("", "GiB", "20 parsecs"):
+    for bad in ("", "GiB", "20 parsecs", "7"):
         with pytest.raises(BadArguments):
             parse_size(bad)
     for bad in ("soon", "10m5", "-3s"):

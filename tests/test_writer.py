@@ -30,9 +30,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conduit.adapters import writer as writer_mod
+from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import SqliteTarget, TextTarget
 from conduit.adapters.jsonfile import json_target
-from conduit.adapters.writer import BackupStore, Writer
+from conduit.adapters.sqlite_apply import SqliteApplier
+from conduit.adapters.writer import Writer
 from conduit.errors import ToolFileError
 from conduit.fileio import TMP_MARK
 from conduit.redact import fingerprint
@@ -623,22 +625,22 @@ def test_sqlite_locked_database_is_retried(temp_home: Path) -> None:
     holder.start()
     assert locked.wait(10)
     attempts = [0]
-    real_once = Writer._sqlite_once
+    real_once = SqliteApplier._once
 
-    def counting(self: Writer, *args: Any) -> None:
+    def counting(self: SqliteApplier, *args: Any) -> None:
         attempts[0] += 1
         if attempts[0] == 2:
             release.set()  # the other program finishes while conduit backs off
             holder.join(10)
         real_once(self, *args)
 
-    Writer._sqlite_once = counting  # type: ignore[method-assign]
+    SqliteApplier._once = counting  # type: ignore[method-assign]
     try:
         result = Writer(_store(temp_home), sqlite_timeout_s=0.01, sqlite_retries=5).apply(
             "cc_switch", SqliteTarget(path=db, apply=_upsert("x"))
         )
     finally:
-        Writer._sqlite_once = real_once  # type: ignore[method-assign]
+        SqliteApplier._once = real_once  # type: ignore[method-assign]
         release.set()
         holder.join(10)
     assert result.error is None and result.changed
@@ -765,7 +767,8 @@ CRASH_LOOP = textwrap.dedent(
     import sys
     from pathlib import Path
     from conduit.adapters.jsonfile import json_target
-    from conduit.adapters.writer import BackupStore, Writer
+    from conduit.adapters.backups import BackupStore
+    from conduit.adapters.writer import Writer
 
     path, backups = Path(sys.argv[1]), Path(sys.argv[2])
     writer = Writer(BackupStore(backups, keep=3))

@@ -1,4 +1,5 @@
-"""Real-format files for Codex CLI, Gemini CLI, OpenCode, Continue and Aider, written where each tool keeps them.
+"""Real-format files for Codex CLI, Gemini CLI, OpenCode, Continue and Aider (Cline's from conduit.daemon.cli.samples),
+written where each tool keeps them; ``SAMPLES`` names each by its registry name.
 
 Each sample follows the tool's documented examples (see the adapter docstrings for sources) and carries user
 content conduit must keep: comments, other providers, MCP servers, unrelated settings.
@@ -6,7 +7,10 @@ content conduit must keep: comments, other providers, MCP servers, unrelated set
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+
+from conduit.daemon.cli.samples import cline_gen_c
 
 CODEX_CONFIG = """\
 # Codex user configuration (~/.codex/config.toml)
@@ -177,3 +181,15 @@ def write_gemini_profile(home: Path, base_url: str = "https://gw.example.com/api
     path.write_text(f'version = 1\nchannel = "gw"\nmodel = "{model}"\n\n[channels.gw]\nbase_url = "{base_url}"\n'
                     'protocols = ["gemini"]\nkey = { file = "~/.config/conduit/keys/gw" }\n\n[tools.gemini]\n')
     return path
+
+
+SAMPLES: dict[str, Callable[[Path], Path]] = {
+    "aider": aider,
+    "cline": cline_gen_c,
+    "codex": codex,
+    "continue": continue_dev,
+    "gemini": gemini,
+    "opencode": opencode,
+}
+"""Per registry name: write the tool's real-format sample under a HOME, return its main file. The shared field
+cases (tests/test_openai_tools_cases.py) set every OpenAI-protocol tool up from here."""

@@ -4,7 +4,7 @@ Usage::
 
     from conduit.daemon.agent.client import AgentClient
     with AgentClient() as agent:              # socket: conduit.daemon.config.paths.agent_socket_path()
-        status = agent.get("/v1/status")      # dict, see docs/agent.md
+        status = agent.get("/v1/status")      # dict, see the README's "Routes"
         agent.post("/v1/channels/taotoken/probe", params={"wait": 5})
 
 Errors (translated at this boundary, habit 7)::

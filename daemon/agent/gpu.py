@@ -1,5 +1,9 @@
 """VRAM headroom through NVML, and host memory through psutil, as typed snapshots with units in the names.
 
+The one NVML reader of conduit: the agent's loops, ``conduit plan`` and the vLLM launch preflight
+(``memory_by_index``) all read the GPUs here; the ``vllm`` and ``plan`` packages are handed the numbers. The
+snapshot types live in ``conduit.daemon.agent.snapshots`` and are re-exported here.
+
 The NVML calls live behind one small interface, ``NvmlLib``: the handful of ``pynvml`` (nvidia-ml-py) functions
 conduit uses, with pynvml's own signatures and error classes. The real implementation is the ``pynvml`` module
 itself; ``FakeNvml`` implements the same functions over a JSON-able device description, so the tolerant query
@@ -29,10 +33,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
+
+from conduit.daemon.agent.snapshots import GpuProcess, GpuReport, GpuSnapshot, HostSnapshot, MigSnapshot
+
+__all__ = [
+    "FakeNvml", "GpuHistory", "GpuProbe", "GpuProcess", "GpuReport", "GpuSnapshot", "HostSnapshot", "MigSnapshot",
+    "NvmlLib", "default_probe", "host_snapshot", "memory_by_index", "report_json",
+]
 
 log = logging.getLogger("conduit.agent.gpu")
 
@@ -55,119 +66,6 @@ class NvmlLib(Protocol):
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]: ...
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int: ...
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any: ...
-
-
-# --------------------------------------------------------------------------------------------- snapshots
-
-
-@dataclass(frozen=True, slots=True)
-class GpuProcess:
-    """One compute process on a GPU (``nvidia-smi --query-compute-apps=pid,used_memory``).
-
-    Attributes:
-        pid: host process id (``pid``).
-        used_bytes: device memory it holds, bytes (``used_memory``); None when NVML cannot tell.
-        vllm: whether the pid belongs to the vLLM server the agent supervises.
-    """
-
-    pid: int
-    used_bytes: int | None
-    vllm: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class MigSnapshot:
-    """One MIG instance of a GPU (``nvidia-smi -L`` lists them; memory as in ``nvidia-smi mig -lgi``).
-
-    Attributes:
-        index: MIG device index under its parent (``nvmlDeviceGetMigDeviceHandleByIndex``).
-        uuid: ``MIG-...`` uuid, or None.
-        total_bytes / used_bytes / free_bytes: the instance's memory, bytes, or None.
-        processes: compute processes running in this instance.
-    """
-
-    index: int
-    uuid: str | None
-    total_bytes: int | None
-    used_bytes: int | None
-    free_bytes: int | None
-    processes: tuple[GpuProcess, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSnapshot:
-    """One GPU at one sample. Every measured field is None when NVML refused it (reason in ``errors``).
-
-    Attributes:
-        index: NVML index (``--query-gpu=index``).
-        name: product name (``name``).
-        uuid: ``GPU-...`` (``uuid``).
-        total_bytes: installed memory, bytes (``memory.total``, MiB there).
-        used_bytes: used memory, bytes (``memory.used``); with memory v2 it excludes ``reserved_bytes``.
-        free_bytes: free memory, bytes (``memory.free``): the headroom figure.
-        reserved_bytes: driver-reserved memory, bytes (``memory.reserved``); None before memory v2.
-        utilization_gpu_pct: % of time a kernel ran over the last sample period (``utilization.gpu``).
-        utilization_memory_pct: % of time memory was read or written (``utilization.memory``).
-        mig_enabled: MIG mode is on (``mig.mode.current``); None when the GPU has no MIG.
-        mig: MIG instances, when ``mig_enabled``.
-        processes: compute processes (``--query-compute-apps``).
-        errors: field -> NVML's reason, for every field that came back None.
-    """
-
-    index: int
-    name: str | None
-    uuid: str | None
-    total_bytes: int | None
-    used_bytes: int | None
-    free_bytes: int | None
-    reserved_bytes: int | None
-    utilization_gpu_pct: int | None
-    utilization_memory_pct: int | None
-    mig_enabled: bool | None
-    mig: tuple[MigSnapshot, ...] = ()
-    processes: tuple[GpuProcess, ...] = ()
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuReport:
-    """All GPUs at one sample.
-
-    Attributes:
-        gpus: one snapshot per GPU; empty when there is no NVIDIA GPU.
-        reason: why ``gpus`` is empty ("no NVIDIA GPU: NVML Shared Library Not Found"), else None.
-        sampled_at: Unix time of the sample, seconds.
-    """
-
-    gpus: tuple[GpuSnapshot, ...]
-    reason: str | None
-    sampled_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class HostSnapshot:
-    """Host memory (what a CPU vLLM uses), from psutil (``free -b``'s columns).
-
-    Attributes:
-        total_bytes: physical memory, bytes (``total``).
-        available_bytes: memory that can be given to new processes without swapping, bytes (``available``).
-        used_bytes: ``total - available`` as psutil computes it, bytes.
-        percent: used share, 0..100.
-        swap_total_bytes / swap_used_bytes: swap, bytes.
-        cpu_count: logical CPUs.
-        load_avg_1m: 1-minute load average.
-        sampled_at: Unix time, seconds.
-    """
-
-    total_bytes: int
-    available_bytes: int
-    used_bytes: int
-    percent: float
-    swap_total_bytes: int
-    swap_used_bytes: int
-    cpu_count: int | None
-    load_avg_1m: float | None
-    sampled_at: float
 
 
 def host_snapshot() -> HostSnapshot:
@@ -242,7 +140,7 @@ class GpuProbe:
                 self._init_error = f"no NVIDIA GPU: the nvidia-ml-py package is missing ({exc})"
                 self._next_init = now + self.retry_init_s
                 return self._init_error
-            self._lib = pynvml  # type: ignore[assignment]
+            self._lib = pynvml
         lib = self._lib
         assert lib is not None
         try:
@@ -461,10 +359,8 @@ class FakeNvml:
                 pass  # keep the last good description while a test rewrites the file
 
     def _err(self, code: int) -> Exception:
-        return self._pynvml.NVMLError(code)
-
-    def _dev(self, handle: Any) -> dict[str, Any]:
-        return handle
+        err: Exception = self._pynvml.NVMLError(code)
+        return err
 
     def _check(self, handle: dict[str, Any], name: str) -> None:
         if name in handle.get("unsupported", ()):
@@ -540,3 +436,18 @@ def default_probe() -> GpuProbe:
     if fake:
         return GpuProbe(FakeNvml(Path(fake)), retry_init_s=0.0)
     return GpuProbe()
+
+
+def memory_by_index(probe: GpuProbe | None = None) -> list[tuple[int, int, int]] | None:
+    """``[(index, free_bytes, total_bytes), ...]`` per NVIDIA GPU, or None without NVML or a GPU.
+
+    The one NVML memory reader that the vLLM launch preflight (through the agent and ``conduit vllm run``) and
+    ``conduit plan`` use: ``probe`` (default ``default_probe()``, which honours ``$CONDUIT_FAKE_GPUS``) samples
+    every GPU. Source: ``nvmlDeviceGetMemoryInfo`` (``nvidia-smi --query-gpu=index,memory.free,memory.total``);
+    ``free`` means the same with and without ``nvmlMemory_v2``. A GPU whose memory NVML refused is left out.
+    Never raises for NVML trouble: it means "cannot check". Blocking (milliseconds; see ``GpuProbe``).
+    """
+    report = (probe or default_probe()).sample()
+    out = [(g.index, g.free_bytes, g.total_bytes) for g in report.gpus
+           if g.free_bytes is not None and g.total_bytes is not None]
+    return out or None

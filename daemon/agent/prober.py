@@ -40,6 +40,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from conduit.adapters.base import Root
+from conduit.daemon.config.profile import LoadedProfile, load_profile
+from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
 from conduit.redact import fingerprint
 
@@ -337,6 +339,11 @@ class Prober:
         problems: channel name -> why it could not be resolved (shown with verdict ``config``).
         interval_s: mean seconds between probes of one target; each wait is jittered by +-``jitter`` (share).
         client: an ``httpx.AsyncClient`` to share; one is made (and closed by ``aclose``) when None.
+
+    Attributes:
+        health: channel -> protocol -> ``ChannelHealth``.
+        generation: counts every change to what ``snapshot`` returns (new targets, a recorded probe), so a
+            reader may keep the snapshot it made until the count moves.
     """
 
     def __init__(self, targets: Iterable[ProbeTarget], problems: dict[str, str] | None = None,
@@ -348,6 +355,7 @@ class Prober:
         self.health: dict[str, dict[str, ChannelHealth]] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self.generation = 0
         self.set_targets(targets, problems or {})
 
     def set_targets(self, targets: Iterable[ProbeTarget], problems: dict[str, str]) -> None:
@@ -363,6 +371,7 @@ class Prober:
             h.config_error = why
             new.setdefault(name, {})["-"] = h
         self.health = new
+        self.generation += 1
 
     def targets(self) -> list[ProbeTarget]:
         """What is probed now."""
@@ -385,6 +394,7 @@ class Prober:
         async with lock:
             result = await probe_once(self.client, h.target)
         h.record(result)
+        self.generation += 1
         return result
 
     async def probe_channel(self, channel: str) -> list[ProbeResult]:
@@ -449,10 +459,6 @@ def targets_from_profile(path: str | None = None) -> tuple[list[ProbeTarget], di
         None. Never raises.
     """
     try:
-        from conduit.daemon.config.profile import load_profile
-    except ImportError as exc:  # pragma: no cover - only before the profile modules exist
-        return [], {}, f"profile support missing: {exc}"
-    try:
         profile = load_profile(path)
     except ConduitError as exc:
         return [], {}, str(exc)
@@ -462,12 +468,10 @@ def targets_from_profile(path: str | None = None) -> tuple[list[ProbeTarget], di
     return targets, problems, None
 
 
-def targets_for(profile: Any) -> tuple[list[ProbeTarget], dict[str, str]]:
-    """Probe targets of an already loaded profile (a ``LoadedProfile``), one per channel x protocol,
-    including the implicit ``local`` channel of a ``[vllm]`` table. Returns ``(targets, problems)`` as
-    ``targets_from_profile`` does. Never raises."""
-    from conduit.daemon.config.resolve import Resolver
-
+def targets_for(profile: LoadedProfile) -> tuple[list[ProbeTarget], dict[str, str]]:
+    """Probe targets of an already loaded profile, one per channel x protocol, including the implicit
+    ``local`` channel of a ``[vllm]`` table. Returns ``(targets, problems)`` as ``targets_from_profile``
+    does. Never raises."""
     resolver = Resolver(profile)
     targets: list[ProbeTarget] = []
     problems: dict[str, str] = {}

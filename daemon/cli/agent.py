@@ -1,172 +1,31 @@
-"""CLI: ``conduit agent``, ``conduit status`` and ``conduit wait`` (thin; the work is in plain functions).
+"""CLI: ``conduit agent``, ``conduit status`` and ``conduit wait``: parsing, dispatch and the status table.
+
+The work is elsewhere: the agent in ``conduit.daemon.agent.server``, the waiting in
+``conduit.daemon.agent.wait``, sizes and durations in ``conduit.units`` (a size needs a unit:
+``--vram-free 20GiB``, or ``1500000000B`` for bytes).
 
 Exit codes (DESIGN.md, pg_isready style): 0 ready, 1 not ready (timeout), 2 agent unreachable, 3 bad arguments.
 
 Import cost matters here: every command module is imported for every ``conduit`` command, so this module
-imports only typer (already loaded by the CLI) at the top; the agent (aiohttp, psutil, pynvml) loads only in
+imports only typer (already loaded by the CLI) and two standard-library-only modules (``conduit.units``,
+``conduit.daemon.agent.wait``) at the top; the agent (aiohttp, psutil, pynvml) loads only in
 ``conduit agent``, httpx only when a client is made, rich only for the table.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from conduit.daemon.agent.wait import EXIT_READY, Conditions, wait_until
 from conduit.daemon.cli.app import app
-from conduit.errors import AgentUnreachable, BadArguments
-
-EXIT_READY, EXIT_NOT_READY, EXIT_UNREACHABLE, EXIT_BAD_ARGS = 0, 1, 2, 3
-
-
-_UNITS = {"": 1, "b": 1,
-          "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
-          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
-_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_size(text: str) -> int:
-    """``"20GiB"`` -> bytes. Units: B; KiB/MiB/GiB/TiB and K/M/G/T (binary, as ``nvidia-smi`` and
-    ``free -g`` count); KB/MB/GB/TB (decimal). Case-insensitive; a bare number is bytes.
-
-    Raises:
-        BadArguments: anything else (exit code 3).
-    """
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise BadArguments(f"{text!r} is not a size; use e.g. 20GiB, 512MiB, 8G or 1500000000")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def parse_duration(text: str) -> float:
-    """``"10m"``, ``"1h30m"``, ``"90s"``, ``"500ms"`` or a bare number of seconds -> seconds.
-
-    Raises:
-        BadArguments: anything else (exit code 3).
-    """
-    t = text.strip().lower()
-    if re.fullmatch(r"\d+(?:\.\d+)?", t):
-        return float(t)
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", t)
-    if not parts or "".join(a + b for a, b in parts) != t:
-        raise BadArguments(f"{text!r} is not a duration; use e.g. 30s, 10m, 1h30m")
-    return sum(float(n) * _DURATION[u] for n, u in parts)
-
-
-def fmt_bytes(n: int | None) -> str:
-    """Bytes for people: ``21474836480`` -> ``20.0 GiB``; None -> ``?``."""
-    if n is None:
-        return "?"
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-@dataclass
-class Conditions:
-    """What ``conduit wait`` waits for; None/False means "not asked".
-
-    Attributes:
-        vram_free_bytes: a GPU (or MIG instance) with at least this much free memory, bytes.
-        gpu: restrict ``vram_free_bytes`` to this GPU (index or uuid).
-        channels: channel names that must be healthy (every protocol's last probe ok).
-        vllm_ready: the supervised vLLM's snapshot says ``state == "ready"``.
-    """
-
-    vram_free_bytes: int | None = None
-    gpu: str | None = None
-    channels: tuple[str, ...] = ()
-    vllm_ready: bool = False
-
-    def empty(self) -> bool:
-        """True when nothing was asked."""
-        return self.vram_free_bytes is None and not self.channels and not self.vllm_ready
-
-
-def unmet(status: dict[str, Any], cond: Conditions) -> list[str]:
-    """The conditions ``status`` (a ``/v1/status`` body) does not meet, one line each; empty when ready.
-
-    Raises:
-        BadArguments: ``--gpu`` or ``--channel`` names something the agent does not know (exit code 3).
-    """
-    out: list[str] = []
-    if cond.vram_free_bytes is not None:
-        gpus_body = status.get("gpus") or {}
-        gpus = gpus_body.get("gpus") or []
-        if cond.gpu is not None:
-            sel = [g for g in gpus if str(g.get("index")) == cond.gpu or g.get("uuid") == cond.gpu]
-            if not sel and gpus:
-                raise BadArguments(f"no GPU {cond.gpu!r}; the agent sees "
-                                         + ", ".join(f"{g.get('index')} ({g.get('uuid')})" for g in gpus))
-            gpus = sel
-        units: list[tuple[str, int | None]] = []
-        for g in gpus:
-            if g.get("mig_enabled") and g.get("mig"):
-                units += [(f"GPU {g['index']} MIG {m['index']}", m.get("free_bytes")) for m in g["mig"]]
-            else:
-                units.append((f"GPU {g.get('index')}", g.get("free_bytes")))
-        if not units:
-            out.append(f"no GPU to check ({gpus_body.get('reason') or 'none reported'})")
-        elif not any(free is not None and free >= cond.vram_free_bytes for _, free in units):
-            best = ", ".join(f"{name}: {fmt_bytes(free)} free" for name, free in units)
-            out.append(f"want {fmt_bytes(cond.vram_free_bytes)} free; {best}")
-    channels = status.get("channels") or {}
-    for name in cond.channels:
-        ch = channels.get(name)
-        if ch is None:
-            raise BadArguments(f"no channel named {name!r}; the agent knows: {', '.join(channels) or '(none)'}")
-        if not ch.get("healthy"):
-            msgs = "; ".join(f"{p}: {v.get('verdict')} ({v.get('message')})" for p, v in ch.get("protocols", {}).items())
-            out.append(f"channel {name} is not healthy: {msgs}")
-    if cond.vllm_ready:
-        state = (status.get("vllm") or {}).get("state")
-        if state != "ready":
-            out.append(f"vLLM is not ready (state: {state})")
-    return out
-
-
-def wait_until(cond: Conditions, timeout_s: float, fetch: Callable[[], dict[str, Any]],
-               poll_s: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> tuple[int, str]:
-    """Poll ``fetch()`` (a ``/v1/status`` body) until ``cond`` holds or ``timeout_s`` passes.
-
-    Returns:
-        (exit code, one line): 0 ready; 1 timed out (the line lists what is unmet); 2 the agent was unreachable
-        on the first try, or still at the deadline.
-    Raises:
-        BadArguments: unknown GPU or channel (exit code 3).
-    """
-    deadline = time.monotonic() + timeout_s
-    first = True
-    last_unreachable: AgentUnreachable | None = None
-    problems: list[str] = []
-    while True:
-        try:
-            status = fetch()
-            last_unreachable = None
-            problems = unmet(status, cond)
-            if not problems:
-                return EXIT_READY, "ready"
-        except AgentUnreachable as exc:
-            if first:
-                return EXIT_UNREACHABLE, str(exc)
-            last_unreachable = exc
-        first = False
-        left = deadline - time.monotonic()
-        if left <= 0:
-            if last_unreachable is not None:
-                return EXIT_UNREACHABLE, str(last_unreachable)
-            return EXIT_NOT_READY, f"timed out after {timeout_s:g} s: " + "; ".join(problems)
-        sleep(min(poll_s, left))
-
+from conduit.errors import BadArguments
+from conduit.units import format_bytes, parse_duration, parse_size
 
 # --------------------------------------------------------------------------------------------- table
 
@@ -206,10 +65,10 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         total, free = gpu.get("total_bytes"), gpu.get("free_bytes")
         bar = _bar(free, total)
         win = gpu.get("window") or {}
-        procs = ", ".join(f"{p['pid']}{' (vLLM)' if p.get('vllm') else ''}: {fmt_bytes(p.get('used_bytes'))}"
+        procs = ", ".join(f"{p['pid']}{' (vLLM)' if p.get('vllm') else ''}: {format_bytes(p.get('used_bytes'))}"
                           for p in gpu.get("processes", []))
-        g.add_row(str(gpu.get("index")), esc(str(gpu.get("name"))), f"{fmt_bytes(free)} / {fmt_bytes(total)}", bar,
-                  _num(gpu.get("utilization_gpu_pct"), "%"), fmt_bytes(win.get("min_free_bytes")), procs)
+        g.add_row(str(gpu.get("index")), esc(str(gpu.get("name"))), f"{format_bytes(free)} / {format_bytes(total)}", bar,
+                  _num(gpu.get("utilization_gpu_pct"), "%"), format_bytes(win.get("min_free_bytes")), procs)
     if g.row_count:
         console.print(g)
     else:
@@ -217,7 +76,7 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
 
     host = status.get("host") or {}
     if "total_bytes" in host:
-        console.print(f"host memory: {fmt_bytes(host['available_bytes'])} available of {fmt_bytes(host['total_bytes'])}")
+        console.print(f"host memory: {format_bytes(host['available_bytes'])} available of {format_bytes(host['total_bytes'])}")
     for line in vllm_lines(status.get("vllm") or {}):
         console.print(line, markup=False, soft_wrap=True, highlight=False)
     tools = status.get("tools") or {}
@@ -341,7 +200,7 @@ ChannelOpt = typer.Option(None, "--channel", help="Wait for this channel to be h
 
 @app.command("wait")
 def wait_cmd(
-    vram_free: str = typer.Option(None, "--vram-free", help="Wait for a GPU with this much free memory (20GiB)."),
+    vram_free: str = typer.Option(None, "--vram-free", help="Wait for a GPU with this much free memory (20GiB; 1500000000B for bytes)."),
     gpu: str = typer.Option(None, "--gpu", help="Only this GPU (index or uuid) counts for --vram-free."),
     channel: list[str] = ChannelOpt,
     vllm_ready: bool = typer.Option(False, "--vllm-ready", help="Wait for the supervised vLLM to be ready."),
@@ -350,13 +209,13 @@ def wait_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; the exit code says it all."),
 ) -> int:
     """Wait until conditions hold. Exit 0 ready, 1 timed out, 2 agent unreachable, 3 bad arguments."""
-    cond = Conditions(vram_free_bytes=parse_size(vram_free) if vram_free else None, gpu=gpu,
-                      channels=tuple(channel or ()), vllm_ready=vllm_ready)
+    cond = Conditions(vram_free_bytes=parse_size(vram_free, option="--vram-free") if vram_free else None,
+                      gpu=gpu, channels=tuple(channel or ()), vllm_ready=vllm_ready)
     if gpu is not None and cond.vram_free_bytes is None:
         raise BadArguments("--gpu only makes sense with --vram-free")
     if cond.empty():
         raise BadArguments("nothing to wait for: give --vram-free, --channel or --vllm-ready")
-    timeout_s = parse_duration(timeout)
+    timeout_s = parse_duration(timeout, option="--timeout")
     from conduit.daemon.agent.client import AgentClient
 
     with AgentClient(socket) as client:
@@ -364,3 +223,7 @@ def wait_cmd(
     if not quiet:
         print(line, file=sys.stderr if code else sys.stdout)
     return code
+
+
+# ``conduit.daemon.cli.vllm`` imports parse_duration from here.
+__all__ = ["agent_cmd", "parse_duration", "render_status", "status_cmd", "vllm_lines", "wait_cmd"]

@@ -1,7 +1,7 @@
-"""Registers every CLI command module with ``conduit.daemon.cli.app.app``.
+"""Imports every CLI command module; each registers its commands on ``conduit.daemon.cli.app.app``.
 
 One import line per module: a module that adds commands imports ``app`` from ``conduit.daemon.cli.app`` and
-decorates its functions. Keeping this list here means cli.py never grows.
+decorates its functions. Keeping this list here means the root app never grows.
 """
 
 import conduit.daemon.cli.agent  # noqa: F401  agent, status, wait

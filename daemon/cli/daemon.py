@@ -18,7 +18,8 @@ import typer
 from conduit.daemon.cli.app import app, state
 from conduit.daemon.cli.key import key_app, read_key_input
 from conduit.daemon.config import paths
-from conduit.errors import ConduitError
+from conduit.daemon.config.profile import load_profile
+from conduit.errors import ConduitError, KeyError_
 
 UNITS = ("conduit-sync.service", "conduit-agent.service")
 TEMPLATE_EXEC = "ExecStart=/usr/bin/env conduit "
@@ -31,7 +32,7 @@ def daemon_cmd(
                                     help="Quiet time after a burst of file events before syncing (ms)."),
 ) -> int:
     """Watch the profile, its key files and the tools' files; keep every tool in sync (runs until stopped)."""
-    from conduit.daemon.sync.syncd import run_daemon
+    from conduit.daemon.sync.syncd import run_daemon  # lazy for start-up speed: watchdog, only this command
 
     return run_daemon(state.profile, verbose=verbose, debounce_s=debounce_ms / 1000)
 
@@ -45,8 +46,7 @@ def rotate_cmd(
     wait: float = typer.Option(15.0, "--wait", help="Seconds to wait for a running daemon to propagate it."),
 ) -> int:
     """Replace CHANNEL's key everywhere: reads the new key from stdin, checks it, stores it, syncs every tool."""
-    from conduit.daemon.sync.rotate import rotate_key
-    from conduit.errors import KeyError_
+    from conduit.daemon.sync.rotate import rotate_key  # lazy for start-up speed: httpx, only this command
 
     if extra:
         raise KeyError_("`conduit key rotate` takes no key on the command line (it would land in shell history "
@@ -89,19 +89,20 @@ def unit_template(name: str) -> str:
 
         return (files("conduit.systemd") / name).read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError, OSError):
-        return (Path(__file__).resolve().parents[1] / "systemd" / name).read_text(encoding="utf-8")
+        # daemon/cli/daemon.py -> the source tree's root, where systemd/ is
+        return (Path(__file__).resolve().parents[2] / "systemd" / name).read_text(encoding="utf-8")
 
 
 def conduit_command() -> str:
     """How systemd should start conduit: this installation's ``conduit`` script (next to the interpreter),
-    else the one on PATH, else ``<python> -m conduit.daemon.cli.app``."""
+    else the one on PATH, else ``<python> -m conduit.daemon.cli``."""
     beside = Path(sys.executable).parent / "conduit"
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     found = shutil.which("conduit")
     if found:
         return found
-    return f"{sys.executable} -m conduit.daemon.cli.app"
+    return f"{sys.executable} -m conduit.daemon.cli"
 
 
 def render_unit(name: str, command: str | None = None) -> str:
@@ -113,8 +114,6 @@ def render_unit(name: str, command: str | None = None) -> str:
 def env_key_warnings(profile_path: str | None = None) -> list[str]:
     """One warning per channel whose key is an environment variable (a systemd service does not see shell
     exports). An invalid or missing profile gives no warnings here (the daemon reports it)."""
-    from conduit.daemon.config.profile import load_profile
-
     try:
         profile = load_profile(profile_path)
     except ConduitError:

@@ -39,7 +39,7 @@ def _run(home: Path, *args: str, stdin: str | None = None, shown: str | None = N
     for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CONDUIT_PROFILE", "CLAUDE_CONFIG_DIR", "CLINE_DATA_DIR",
                 "CLINE_DIR", "ANTHROPIC_BASE_URL"):
         env.pop(var, None)
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", *args], input=stdin, text=True,
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", *args], input=stdin, text=True,
                        capture_output=True, env=env, cwd=home)
     sys.stdout.write(r.stdout)
     sys.stdout.write(r.stderr)
@@ -102,7 +102,7 @@ def _point_at(home: Path, root: str) -> None:
     """Edit the profile's taotoken base_url (tomlkit: comments stay), as a person would in an editor."""
     path = home / ".config/conduit/profile.toml"
     doc = tomlkit.parse(path.read_text())
-    doc["channels"]["taotoken"]["base_url"] = root  # type: ignore[index]
+    doc["channels"]["taotoken"]["base_url"] = root
     path.write_text(tomlkit.dumps(doc))
 
 

@@ -79,7 +79,7 @@ def main() -> int:
                 return 0
             except ValueError:
                 pass
-    from conduit.daemon.cli.app import main as cli_main
+    from conduit.daemon.cli.main import main as cli_main
 
     return cli_main(argv)
 

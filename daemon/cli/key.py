@@ -1,5 +1,5 @@
 """``conduit key``: store, list and remove keys in conduit's own secrets file (thin; the work is in
-``conduit.daemon.config.keys``).
+``conduit.daemon.config.secrets``).
 
 ``conduit key set NAME`` reads the key from stdin when stdin is not a terminal (``pass show x | conduit key set
 x``, ``conduit key set x < file``), else from a prompt that does not echo. It never takes the key as an
@@ -16,7 +16,8 @@ from typing import Annotated
 import typer
 
 from conduit.daemon.cli.app import app
-from conduit.daemon.config.keys import KEY_FILE_MAX_BYTES, key_list, key_rm, key_set, looks_like_key
+from conduit.daemon.config.secrets import key_list, key_rm, key_set, looks_like_key
+from conduit.daemon.config.sources import KEY_FILE_MAX_BYTES
 from conduit.errors import KeyError_
 
 key_app = typer.Typer(

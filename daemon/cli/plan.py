@@ -1,7 +1,11 @@
-"""``conduit plan``: the vLLM memory ledger (thin CLI over ``conduit.daemon.plan.ledger``).
+"""``conduit plan``: the vLLM memory ledger (thin CLI over ``conduit.daemon.plan``).
 
 Exit codes: 0 the settings fit (fully or with fewer full-length sequences than max_num_seqs); 1 they do not
-fit, or the model cannot be read; 3 bad arguments (including: no GPU found and no ``--gpu-memory``).
+fit, or the model cannot be read; 3 bad arguments (including: no GPU found and no ``--gpu-memory``, and a
+size without a unit: ``--gpu-memory 80`` -> "did you mean 80GiB?").
+
+The GPU's memory comes from ``conduit.daemon.agent.gpu`` (the one NVML reader; ``$CONDUIT_FAKE_GPUS`` names a
+fake device set for tests) and is passed into the ledger, which reads no hardware itself.
 """
 
 from __future__ import annotations
@@ -15,59 +19,95 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from conduit.daemon.cli.app import app
-from conduit.daemon.plan import ledger as L
+from conduit.daemon.agent.gpu import GpuProbe, default_probe
+from conduit.daemon.cli.app import app, state
+from conduit.daemon.plan.errors import PlanArgumentError
+from conduit.daemon.plan.fragmentation import fragmentation, parse_lengths
+from conduit.daemon.plan.ledger import Verdict, plan
+from conduit.daemon.plan.model import inspect_model
+from conduit.daemon.plan.settings import settings_from_vllm_section
+from conduit.errors import ConduitError
+from conduit.units import format_bytes, parse_size
+
+_EXPLICIT_BUDGET = ("cpu_kvcache_space_bytes", "cpu_kv_space", "kv_cache_memory_bytes", "gpu_memory_bytes",
+                    "gpu_memory")
+
+
+def gpu_memory(probe: GpuProbe | None = None, index: int = 0) -> dict[str, Any]:
+    """GPU ``index``'s memory as the planner needs it: ``{"total_bytes", "free_bytes", "name", "error"}``.
+
+    Read through ``probe`` (default ``agent.gpu.default_probe()``: real NVML, or ``$CONDUIT_FAKE_GPUS``);
+    ``total_bytes``/``free_bytes`` (``nvidia-smi --query-gpu=memory.total,memory.free``) are None with an
+    ``error`` ("no NVIDIA GPU: ...") when there is no such GPU or NVML refused its memory. Never raises.
+    """
+    report = (probe or default_probe()).sample()
+    g = next((g for g in report.gpus if g.index == index), None)
+    if g is None:
+        why = report.reason or (f"GPU {index}: not found" if report.gpus else "no NVIDIA GPU found")
+        return {"total_bytes": None, "free_bytes": None, "name": None, "error": why}
+    error = None if g.total_bytes is not None else f"GPU {index}: {g.errors.get('memory', 'memory unknown')}"
+    return {"total_bytes": g.total_bytes, "free_bytes": g.free_bytes, "name": g.name, "error": error}
 
 
 def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int] | None = None,
-             *, use_nvml: bool = True) -> dict[str, Any]:
+             *, use_nvml: bool = True, probe: GpuProbe | None = None) -> dict[str, Any]:
     """Do the work of ``conduit plan`` and return a JSON-ready dict.
 
     Args:
         model: model directory or HF cache name; None for the fragmentation table alone.
-        settings: ``ledger.PlanSettings`` fields (None values ignored), e.g. the profile's ``[vllm]`` section
-            merged with the flags.
+        settings: ``plan.settings.PlanSettings`` fields (None values ignored), e.g. the profile's ``[vllm]``
+            section merged with the flags.
         requests: request lengths (tokens) for the fragmentation comparison, or None.
-        use_nvml: when no memory size is given on GPU, read device 0's total/free memory from NVML.
+        use_nvml: when no memory size is given on GPU, read device 0's total/free memory (``gpu_memory``).
+        probe: the GPU probe for that (default ``agent.gpu.default_probe()``).
 
     Returns: ``{"ledger": Ledger.to_dict() | None, "model": {...} | None, "gpu": {...} | None,
     "fragmentation": Fragmentation.to_dict() | None}``.
 
     Raises:
         PlanArgumentError: bad settings, nothing to do, or no GPU memory size available.
+        BadArguments: a size ``conduit.units.parse_size`` refuses.
         ModelError: the model cannot be read.
     """
     s = {k.replace("-", "_"): v for k, v in settings.items() if v is not None}
     out: dict[str, Any] = {"ledger": None, "model": None, "gpu": None, "fragmentation": None}
     if model is None and requests is None:
-        raise L.PlanArgumentError("nothing to plan: give a MODEL (directory or HF cache name), or --requests",
-                                  hint="conduit plan ./my-model --gpu-memory 80GiB")
+        raise PlanArgumentError("nothing to plan: give a MODEL (directory or HF cache name), or --requests",
+                                hint="conduit plan ./my-model --gpu-memory 80GiB")
     frag_len, frag_block = int(s.get("max_model_len") or 4096), int(s.get("block_size") or 16)
     if model is not None:
-        info = L.inspect_model(model)
+        info = inspect_model(model)
         out["model"] = asdict(info)
-        wants_gpu = not any(s.get(k) for k in ("cpu_kvcache_space_bytes", "cpu_kv_space",
-                                                "kv_cache_memory_bytes", "gpu_memory_bytes", "gpu_memory"))
-        if wants_gpu and s.get("device", "gpu") == "gpu":
-            if not use_nvml:
-                raise L.PlanArgumentError("GPU memory size unknown", hint="pass --gpu-memory SIZE (e.g. 80GiB)")
-            gpu = L.query_gpu(0)
-            out["gpu"] = asdict(gpu)
-            if gpu.total_bytes is None:
-                raise L.PlanArgumentError(
-                    f"GPU memory size unknown ({gpu.error})",
-                    hint="pass --gpu-memory SIZE (e.g. 80GiB), or --cpu-kv-space SIZE for vLLM's CPU build")
-            s.update(gpu_memory_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, gpu_name=gpu.name)
-        led = L.plan(info, s)
+        if not any(s.get(k) for k in _EXPLICIT_BUDGET) and s.get("device", "gpu") == "gpu":
+            out["gpu"] = _read_gpu(s, use_nvml, probe)
+        led = plan(info, s)
         out["ledger"] = led.to_dict()
         frag_len, frag_block = led.max_model_len, led.block_size
     if requests is not None:
-        out["fragmentation"] = L.fragmentation(requests, frag_len, frag_block).to_dict()
+        out["fragmentation"] = fragmentation(requests, frag_len, frag_block).to_dict()
     return out
 
 
+def _read_gpu(s: dict[str, Any], use_nvml: bool, probe: GpuProbe | None) -> dict[str, Any]:
+    """Put GPU 0's total and free memory and name into ``s``; returns what was read.
+
+    Raises:
+        PlanArgumentError: NVML not to be used, or it knows no GPU memory size.
+    """
+    if not use_nvml:
+        raise PlanArgumentError("GPU memory size unknown", hint="pass --gpu-memory SIZE (e.g. 80GiB)")
+    gpu = gpu_memory(probe)
+    if gpu["total_bytes"] is None:
+        raise PlanArgumentError(
+            f"GPU memory size unknown ({gpu['error']})",
+            hint="pass --gpu-memory SIZE (e.g. 80GiB), or --cpu-kv-space SIZE for vLLM's CPU build")
+    s.update(gpu_memory_bytes=gpu["total_bytes"], gpu_free_bytes=gpu["free_bytes"], gpu_name=gpu["name"])
+    return gpu
+
+
 def _b(n: int | None) -> str:
-    return "-" if n is None else f"{L.format_bytes(n)}  ({n:,} B)"
+    """A table cell for a byte count: ``20.00 GiB  (21,474,836,480 B)``, ``-`` for None."""
+    return "-" if n is None else f"{format_bytes(n)}  ({n:,} B)"
 
 
 def render(result: Mapping[str, Any], console: Console) -> None:
@@ -88,13 +128,13 @@ def render(result: Mapping[str, Any], console: Console) -> None:
         ov = led.get("overhead")
         if ov:
             t.add_row("overhead (estimate)", _b(ov["total_bytes"]),
-                      f"activations {L.format_bytes(ov['activation_bytes'])}, sampler "
-                      f"{L.format_bytes(ov['sampler_bytes'])}, non-torch {L.format_bytes(ov['non_torch_bytes'])}, "
-                      f"CUDA graphs {L.format_bytes(ov['cuda_graph_bytes'])}")
+                      f"activations {format_bytes(ov['activation_bytes'])}, sampler "
+                      f"{format_bytes(ov['sampler_bytes'])}, non-torch {format_bytes(ov['non_torch_bytes'])}, "
+                      f"CUDA graphs {format_bytes(ov['cuda_graph_bytes'])}")
         t.add_row("KV budget", _b(led["kv_budget_bytes"]), led["budget_source"])
         t.add_row("KV bytes per token", f"{led['kv_bytes_per_token']:,} B",
                   f"2 x layers x kv_heads x head_dim x {led['kv_dtype_bytes']} B ({led['kv_cache_dtype']})")
-        t.add_row("block", f"{led['block_size']} tokens = {L.format_bytes(led['bytes_per_block'])}",
+        t.add_row("block", f"{led['block_size']} tokens = {format_bytes(led['bytes_per_block'])}",
                   "block_size x bytes per token")
         t.add_row("KV capacity", f"{led['num_blocks']:,} blocks = {led['kv_block_tokens']:,} tokens",
                   "budget // bytes per block")
@@ -146,13 +186,15 @@ def plan_command(
 ) -> None:
     """Work out vLLM's memory ledger: weights, KV cache per token, capacity, concurrency, and a verdict."""
     settings: dict[str, Any] = {
-        "gpu_memory_bytes": gpu_memory, "cpu_kvcache_space_bytes": cpu_kv_space,
-        "kv_cache_memory_bytes": kv_cache_memory_bytes, "dtype": dtype, "kv_cache_dtype": kv_cache_dtype,
+        "gpu_memory_bytes": _size(gpu_memory, "--gpu-memory"),
+        "cpu_kvcache_space_bytes": _size(cpu_kv_space, "--cpu-kv-space"),
+        "kv_cache_memory_bytes": _size(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),
+        "dtype": dtype, "kv_cache_dtype": kv_cache_dtype,
         "max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
         "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
         "block_size": block_size, "enforce_eager": enforce_eager or None,
     }
-    lengths = L.parse_lengths(requests) if requests is not None else None
+    lengths = parse_lengths(requests) if requests is not None else None
     if model is None and lengths is None:
         model, settings = _from_profile(settings)
     result = run_plan(model, settings, lengths)
@@ -160,16 +202,24 @@ def plan_command(
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         render(result, Console())
-    if result["ledger"] and result["ledger"]["verdict"] == L.Verdict.DOES_NOT_FIT.value:
+    if result["ledger"] and result["ledger"]["verdict"] == Verdict.DOES_NOT_FIT.value:
         raise typer.Exit(1)
+
+
+def _size(text: str | None, option: str) -> int | None:
+    """A size flag in bytes (``conduit.units.parse_size``: the grammar of ``conduit wait --vram-free``), or None.
+
+    Raises:
+        BadArguments: not a size; a bare number gets the "did you mean 80GiB?" hint (exit code 3), except for
+            an option named ``--...-bytes`` (vLLM's ``--kv-cache-memory-bytes`` takes bytes).
+    """
+    return None if text is None else parse_size(text, option=option, bare_bytes=option.endswith("-bytes"))
 
 
 def _from_profile(flags: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """With no MODEL, plan the profile's ``[vllm]`` model with its settings, the command-line flags winning.
     Without a profile or a ``[vllm]`` table, returns (None, flags) and run_plan says what to give."""
-    from conduit.daemon.cli.app import state
-    from conduit.daemon.config.profile import load_profile
-    from conduit.errors import ConduitError
+    from conduit.daemon.config.profile import load_profile  # lazy: start-up speed of every other command
 
     try:
         loaded = load_profile(state.profile)
@@ -177,7 +227,7 @@ def _from_profile(flags: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         return None, flags
     if loaded.model.vllm is None:
         return None, flags
-    merged = L.settings_from_vllm_section(loaded.model.vllm)
+    merged = settings_from_vllm_section(loaded.model.vllm)
     merged.update({k: v for k, v in flags.items() if v is not None})
     return str(loaded.model.vllm["model"]), merged
 

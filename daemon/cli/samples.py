@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 CLAUDE_SETTINGS = {
     "$schema": "https://json.schemastore.org/claude-code-settings.json",
@@ -46,7 +47,7 @@ def write_json(path: Path, doc: object, mode: int = 0o600) -> Path:
     return path
 
 
-def claude_settings(home: Path, doc: dict | None = None) -> Path:
+def claude_settings(home: Path, doc: dict[str, Any] | None = None) -> Path:
     """``~/.claude/settings.json`` with permissions, hooks, statusLine, enabledPlugins and an env."""
     return write_json(home / ".claude" / "settings.json", CLAUDE_SETTINGS if doc is None else doc)
 

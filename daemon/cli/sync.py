@@ -12,15 +12,18 @@ from rich.markup import escape as esc
 from rich.syntax import Syntax
 from rich.table import Table
 
+from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env
 from conduit.adapters.registry import ADAPTERS
-from conduit.adapters.writer import BackupStore
 from conduit.daemon.cli.app import app, state
 from conduit.daemon.config import paths
-from conduit.daemon.config.profile import _did_you_mean, load_profile, use_model
+from conduit.daemon.config.edit import use_model
+from conduit.daemon.config.profile import did_you_mean, load_profile
 from conduit.daemon.sync.doctor import doctor as build_doctor
 from conduit.daemon.sync.engine import SyncReport, sync
 from conduit.daemon.sync.init import TEMPLATES, init_profile, starter_text
+from conduit.daemon.sync.lock import running_daemon_pid
+from conduit.daemon.sync.state import read_state, record_report, write_state
 from conduit.errors import BadArguments
 
 out = Console(highlight=False)
@@ -74,12 +77,9 @@ def sync_cmd(
 
 def _record_without_daemon(report: SyncReport) -> None:
     """Keep the state file (what `conduit status` and `doctor` read) current when no daemon owns it."""
-    from conduit.daemon.sync.state import empty_state, read_state, record_report, write_state
-    from conduit.daemon.sync.syncd import running_daemon_pid
-
     if running_daemon_pid() is not None:
         return  # the daemon keeps the state file; it sees these writes as its own tool-file events
-    doc = read_state() or empty_state()
+    doc = read_state()
     record_report(doc, report, "conduit sync")
     try:
         write_state(doc)
@@ -150,9 +150,8 @@ def doctor_cmd(
     for notice in prof.get("notices") or ():
         out.print(f"  [yellow]notice[/] {esc(notice)}", soft_wrap=True)
     table = Table("tool", "state", "details", show_lines=False)
-    for name, t in report["tools"].items():
-        facts = t.get("facts") or {}
-        details = t.get("message") or _facts_line(name, facts)
+    for t in report["tools"].values():
+        details = t.get("message") or t.get("summary")  # the adapter's own line (ToolFacts.summary)
         table.add_row(t["display"], f"[{_STYLE.get(t['state'], 'white')}]{t['state']}[/]", esc(details or ""))
     out.print(table)
     for t in report["tools"].values():
@@ -205,20 +204,6 @@ def _print_live(live: dict[str, Any]) -> None:
     out.print("[green]live: healthy[/]" if live["ok"] else "[red]live: not healthy[/]")
 
 
-def _facts_line(name: str, facts: dict[str, Any]) -> str:
-    if name == "claude_code":
-        eff = (facts.get("effective") or {}).get("ANTHROPIC_BASE_URL") or {}
-        return f"{facts.get('file')} ({'found' if facts.get('exists') else 'missing'}); version " \
-               f"{facts.get('version') or 'unknown'}; base URL used: {eff.get('value')} ({eff.get('source')})"
-    if name == "cline":
-        return f"{facts.get('data_dir')}; generations found: {', '.join(facts.get('generations') or []) or 'none'}"
-    if name == "cc_switch":
-        return f"{facts.get('dir')}; store: {facts.get('store') or 'not installed'}" + (
-            f" (schema {facts['schema']})" if facts.get("schema") is not None else "") + (
-            "; running" if facts.get("running") else "")
-    return ""
-
-
 @app.command("use")
 def use_cmd(
     model: str = typer.Argument(..., help="The model every tool should use."),
@@ -247,7 +232,7 @@ def restore_cmd(
 ) -> int:
     """Restore a tool's files from conduit's backups (the restore itself is backed up, so it can be undone)."""
     if tool not in ADAPTERS:
-        raise BadArguments(f"unknown tool `{tool}`", _did_you_mean(tool, ADAPTERS))
+        raise BadArguments(f"unknown tool `{tool}`", did_you_mean(tool, ADAPTERS))
     store = BackupStore(paths.backups_dir())
     if list_only:
         backups = store.list(tool)

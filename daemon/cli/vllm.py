@@ -21,11 +21,15 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from conduit.daemon.agent.client import AgentClient, AgentError
+from conduit.daemon.agent.gpu import default_probe, memory_by_index
+from conduit.daemon.cli.agent import vllm_lines
 from conduit.daemon.cli.app import app, state
 from conduit.daemon.config import paths
 from conduit.daemon.config.vllm import VllmSettings
 from conduit.daemon.vllm.supervisor import Supervisor, VllmState
 from conduit.errors import ConduitError
+from conduit.units import parse_duration
 
 vllm_app = typer.Typer(help="Supervise the local vLLM server described by the profile's vllm table.",
                        no_args_is_help=True)
@@ -77,9 +81,11 @@ def tail_text(path: Path, lines: int) -> str:
 async def run_foreground(settings: VllmSettings, on_change: Any = None) -> dict[str, Any]:
     """Supervise until SIGINT/SIGTERM, then stop vLLM; return the final snapshot.
 
-    ``on_change(snapshot)`` is called on every state change.
+    ``on_change(snapshot)`` is called on every state change. The launch preflight reads the GPUs through
+    ``conduit.daemon.agent.gpu`` (real NVML, or the fake named by ``$CONDUIT_FAKE_GPUS``), as the agent does.
     """
-    sup = Supervisor(settings)
+    probe = default_probe()
+    sup = Supervisor(settings, memory_probe=lambda: memory_by_index(probe))
     task = asyncio.create_task(sup.run())
     loop = asyncio.get_running_loop()
     quit_ev = asyncio.Event()
@@ -196,8 +202,6 @@ def vllm_action(client: Any, action: str, *, wait_ready_s: float | None = None, 
     Raises:
         AgentUnreachable: the agent does not answer (exit code 2).
     """
-    from conduit.daemon.agent.client import AgentError
-
     try:
         snap = client.post(f"/v1/vllm/{action}")
     except AgentError as exc:
@@ -221,9 +225,6 @@ def vllm_action(client: Any, action: str, *, wait_ready_s: float | None = None, 
 
 
 def _agent_action(action: str, wait: bool, timeout: str, socket: Path | None) -> int:
-    from conduit.daemon.agent.client import AgentClient
-    from conduit.daemon.cli.agent import parse_duration, vllm_lines
-
     wait_s = parse_duration(timeout) if wait else None
     with AgentClient(socket, timeout_s=45.0) as client:
         code, snap, line = vllm_action(client, action, wait_ready_s=wait_s)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from conduit.adapters.base import Root
 from conduit.errors import KeyError_, ProfileError
-from conduit.redact import fingerprint
+from conduit.redact import fingerprint, redact
 
 __all__ = [
     "ENDPOINTS",
@@ -34,6 +34,7 @@ __all__ = [
     "CleanKey",
     "NormalizedURL",
     "clean_key",
+    "decode_key_bytes",
     "describe_chars",
     "normalize_base_url",
 ]
@@ -124,14 +125,14 @@ class NormalizedURL:
 
 
 def _mask_query(query: str) -> str:
-    """The query string as it may be shown: values of secret-looking parameters replaced by fingerprints."""
-    parts = []
+    """The query string as it may be shown: the values of secret-looking parameters (``api_key=``,
+    ``token=``...) masked by ``conduit.redact.redact``, wherever they appear in it."""
+    secrets = []
     for item in query.split("&"):
         name, eq, value = item.partition("=")
         if eq and value and _SECRET_PARAM_RE.search(name):
-            value = fingerprint(value)
-        parts.append(f"{name}{eq}{value}")
-    return "&".join(parts)
+            secrets.append(value)
+    return redact(query, secrets)
 
 
 def _split_netloc(netloc: str, where: str) -> tuple[str, int | None]:
@@ -182,7 +183,27 @@ def normalize_base_url(raw: str, *, where: str) -> NormalizedURL:
             control character inside, no host, or a bad port. The message names ``where`` and has a hint.
     """
     notices: list[str] = []
+    text = _clean_url_text(raw, where, notices)
+    scheme, rest = _split_scheme(text, where)
+    rest, hash_, fragment = rest.partition("#")
+    rest, qmark, query = rest.partition("?")
+    slash = rest.find("/")
+    netloc, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    origin = _origin(scheme, netloc, where, notices)
+    if qmark:
+        notices.append(f"dropped the query string `?{_mask_query(query)}`: API base URLs take none")
+    if hash_:
+        notices.append(f"dropped the fragment `#{fragment}`: API base URLs take none")
+    segments = _path_segments(path, notices)
+    _strip_endpoints(segments, notices)
+    version = _take_version(segments, origin, notices)
+    root_url = origin + "".join(f"/{s}" for s in segments)
+    return NormalizedURL(root=Root(url=root_url, version=version), notices=tuple(notices))
 
+
+def _clean_url_text(raw: str, where: str, notices: list[str]) -> str:
+    """Trim the ends, remove invisible characters inside; refuse an empty URL or one with a space or a
+    control character inside."""
     text, trimmed = _trim(raw)
     if trimmed:
         notices.append(f"trimmed {describe_chars(trimmed)} from the ends")
@@ -198,7 +219,11 @@ def normalize_base_url(raw: str, *, where: str) -> NormalizedURL:
                 f"{where}: the base URL has {describe_chars(ch)} at position {pos}",
                 hint="a URL holds no spaces or control characters; remove it",
             )
+    return text
 
+
+def _split_scheme(text: str, where: str) -> tuple[str, str]:
+    """``(scheme as typed, the rest after ://)``; refuses a missing scheme or one that is not http(s)."""
     scheme, sep, rest = text.partition("://")
     if not sep:
         raise ProfileError(
@@ -211,11 +236,11 @@ def normalize_base_url(raw: str, *, where: str) -> NormalizedURL:
             f"{where}: the scheme {shown} is not http or https",
             hint="API base URLs start with https:// (http:// only for a server on this machine or your network)",
         )
+    return scheme, rest
 
-    rest, hash_, fragment = rest.partition("#")
-    rest, qmark, query = rest.partition("?")
-    slash = rest.find("/")
-    netloc, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+
+def _origin(scheme: str, netloc: str, where: str, notices: list[str]) -> str:
+    """``scheme://host[:port]`` lower-cased; refuses credentials before the host (never echoing them)."""
     if "@" in netloc:
         raise ProfileError(
             f"{where}: the base URL holds credentials (`user:password@` before the host); "
@@ -231,20 +256,21 @@ def normalize_base_url(raw: str, *, where: str) -> NormalizedURL:
             notices.append(f"lower-cased `{scheme}://{netloc}` to `{new_scheme}://{new_netloc}`")
         else:
             notices.append(f"rewrote `{scheme}://{netloc}` as `{new_scheme}://{new_netloc}`")
+    return f"{new_scheme}://{new_netloc}"
 
-    if qmark:
-        shown = f"?{_mask_query(query)}"
-        notices.append(f"dropped the query string `{shown}`: API base URLs take none")
-    if hash_:
-        notices.append(f"dropped the fragment `#{fragment}`: API base URLs take none")
 
+def _path_segments(path: str, notices: list[str]) -> list[str]:
+    """The path's non-empty segments; notes collapsed ``//`` runs and a dropped trailing slash."""
     collapsed = re.sub(r"/{2,}", "/", path)
     if collapsed != path:
         notices.append("collapsed repeated slashes (`//`) in the path to one")
-    segments = [s for s in collapsed.split("/") if s]
     if collapsed.endswith("/"):
         notices.append("dropped the trailing slash")
+    return [s for s in collapsed.split("/") if s]
 
+
+def _strip_endpoints(segments: list[str], notices: list[str]) -> None:
+    """Remove pasted ``ENDPOINTS`` from the end of ``segments`` (in place), repeatedly, ignoring case."""
     stripped: list[str] = []
     changed = True
     while changed:
@@ -258,31 +284,32 @@ def normalize_base_url(raw: str, *, where: str) -> NormalizedURL:
                 changed = True
                 break
     if stripped:
-        what = "".join(stripped)
-        notices.append(f"stripped the pasted endpoint `{what}`: each client adds its own endpoint")
+        notices.append(f"stripped the pasted endpoint `{''.join(stripped)}`: each client adds its own endpoint")
 
-    version = "v1"
-    if segments and _VERSION_RE.fullmatch(segments[-1]):
-        typed = segments.pop()
-        version = typed.lower()
-        repeats = 0
-        while segments and segments[-1].lower() == version:
-            segments.pop()
-            repeats += 1
-        root_url = f"{new_scheme}://{new_netloc}" + "".join(f"/{s}" for s in segments)
-        said = f"`/{typed}`" + (f" (written {repeats + 1} times)" if repeats else "")
-        if version == "v1":
-            notices.append(
-                f"took the version segment {said} off the root `{root_url}`: it is added per tool "
-                f"(OpenAI-protocol clients get `{root_url}/v1`; Anthropic-protocol clients add `/v1/messages`)"
-            )
-        else:
-            notices.append(
-                f"kept the version segment {said} apart from the root `{root_url}`: "
-                f"OpenAI-protocol clients get `{root_url}/{version}`"
-            )
-    root_url = f"{new_scheme}://{new_netloc}" + "".join(f"/{s}" for s in segments)
-    return NormalizedURL(root=Root(url=root_url, version=version), notices=tuple(notices))
+
+def _take_version(segments: list[str], origin: str, notices: list[str]) -> str:
+    """Pop a trailing version segment (and repeats of it) off ``segments``; returns it, ``v1`` by default."""
+    if not segments or not _VERSION_RE.fullmatch(segments[-1]):
+        return "v1"
+    typed = segments.pop()
+    version = typed.lower()
+    repeats = 0
+    while segments and segments[-1].lower() == version:
+        segments.pop()
+        repeats += 1
+    root_url = origin + "".join(f"/{s}" for s in segments)
+    said = f"`/{typed}`" + (f" (written {repeats + 1} times)" if repeats else "")
+    if version == "v1":
+        notices.append(
+            f"took the version segment {said} off the root `{root_url}`: it is added per tool "
+            f"(OpenAI-protocol clients get `{root_url}/v1`; Anthropic-protocol clients add `/v1/messages`)"
+        )
+    else:
+        notices.append(
+            f"kept the version segment {said} apart from the root `{root_url}`: "
+            f"OpenAI-protocol clients get `{root_url}/{version}`"
+        )
+    return version
 
 
 # --------------------------------------------------------------------------------------------------- keys
@@ -342,42 +369,58 @@ def clean_key(raw: str, *, source: str) -> CleanKey:
             (U+000A) at position 10 ..."; "space (U+0020) ..."), and never any part of the key.
     """
     notices: list[str] = []
+    text = _strip_wrapping(raw, notices)
+    if not text:
+        raise KeyError_(
+            f"the key from {source} is empty",
+            hint="put the key there (one line), or run `conduit key set NAME` and use { secret = \"NAME\" }",
+        )
+    _refuse_bad_chars(text, source)
+    return CleanKey(key=text, notices=tuple(notices))
+
+
+def _strip_wrapping(raw: str, notices: list[str]) -> str:
+    """Remove what surrounds a pasted key (``clean_key``'s removals, in its order); notes the unusual ones."""
     invisible = [ch for ch in raw if ch in INVISIBLE_CHARS]
     text = "".join(ch for ch in raw if ch not in INVISIBLE_CHARS) if invisible else raw
     if invisible:
         notices.append(f"removed {describe_chars(invisible)} from the key")
-
     text, trimmed = _trim(text)
     unusual = [ch for ch in trimmed if ch not in _PLAIN_WS]
     if unusual:
         notices.append(f"trimmed {describe_chars(unusual)} from the ends of the key")
-
     if len(text) >= 2 and (text[0], text[-1]) in _QUOTE_PAIRS:
         text, _ = _trim(text[1:-1])
         notices.append("removed the quotes around the key")
-
     match = _BEARER_RE.match(text)
     if match:
         text = text[match.end() :]
         notices.append("removed a pasted `Bearer ` prefix (the tools add it themselves)")
     elif text.lower() in ("bearer", "authorization: bearer"):
         text = ""
+    return text
 
-    if not text:
-        raise KeyError_(
-            f"the key from {source} is empty",
-            hint="put the key there (one line), or run `conduit key set NAME` and use { secret = \"NAME\" }",
-        )
 
+def _refuse_bad_chars(text: str, source: str) -> None:
+    """Raise ``KeyError_`` for the first character outside 0x21..0x7E (position and code point, no key)."""
     bad = [(pos, ch) for pos, ch in enumerate(text) if not 0x21 <= ord(ch) <= 0x7E]
-    if bad:
-        pos, ch = bad[0]
-        message = _bad_char_message(source, ch, pos)
-        if len(bad) > 1:
-            message += f" ({len(bad) - 1} more such character{'s' if len(bad) > 2 else ''} after it)"
-        if ch in "\r\n":
-            hint = "the key was probably wrapped when copied: join it into one line and set it again"
-        else:
-            hint = "API keys are printable ASCII; copy the key again from the provider's page"
-        raise KeyError_(message, hint=hint)
-    return CleanKey(key=text, notices=tuple(notices))
+    if not bad:
+        return
+    pos, ch = bad[0]
+    message = _bad_char_message(source, ch, pos)
+    if len(bad) > 1:
+        message += f" ({len(bad) - 1} more such character{'s' if len(bad) > 2 else ''} after it)"
+    if ch in "\r\n":
+        hint = "the key was probably wrapped when copied: join it into one line and set it again"
+    else:
+        hint = "API keys are printable ASCII; copy the key again from the provider's page"
+    raise KeyError_(message, hint=hint)
+
+
+def decode_key_bytes(data: bytes) -> str:
+    """Bytes of a key file, a command's output or the secrets file as text: UTF-16 when they start with a
+    UTF-16 BOM (Windows editors), else UTF-8 with undecodable bytes as U+FFFD (which ``clean_key`` then
+    refuses by position)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace")

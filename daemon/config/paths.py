@@ -14,6 +14,7 @@ the ``XDG_*`` variables) redirects all of conduit at once (STYLE.md habit 11).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
@@ -64,3 +65,13 @@ def agent_socket_path() -> Path:
     """The agent's Unix socket: ``runtime_dir()/agent.sock`` unless ``CONDUIT_AGENT_SOCKET`` is set."""
     env = os.environ.get("CONDUIT_AGENT_SOCKET", "").strip()
     return Path(env) if env else runtime_dir() / "agent.sock"
+
+
+def display_path(path: Path | str, environ: Mapping[str, str] | None = None) -> str:
+    """``path`` with the home directory (``$HOME`` of ``environ``, default ``os.environ``) written as ``~``,
+    for messages: ``~/.config/conduit/secrets.toml``."""
+    home = (environ if environ is not None else os.environ).get("HOME", "")
+    text = str(path)
+    if home and home != "/" and (text == home or text.startswith(home.rstrip("/") + "/")):
+        return "~" + text[len(home.rstrip("/")) :]
+    return text

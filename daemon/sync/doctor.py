@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conduit.adapters.base import Env
+from conduit.adapters.base import Env, ToolFacts
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.sync.engine import sync
+from conduit.daemon.sync.lock import running_daemon_pid
+from conduit.daemon.sync.state import profile_error, read_state, tool_facts
 from conduit.errors import ConduitError
 
 _STATE = {"changed": "drifted", "unchanged": "in_sync"}
@@ -24,7 +26,8 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> di
     Returns:
         ``{"ok": bool, "profile": {...}, "tools": {name: {...}}, "warnings": [str]}``; each tool has
         ``managed`` (a [tools.<name>] table exists), ``state`` (in_sync / drifted / not_found / unsupported /
-        error / disabled / not_managed), ``diff`` (masked), ``message``, ``restart_hint`` and ``facts``.
+        error / disabled / not_managed), ``diff`` (masked), ``message``, ``restart_hint``, ``facts`` (the
+        adapter's ``ToolFacts.as_dict()``) and ``summary`` (its one line for the table).
     """
     env = env or Env()
     report: dict[str, Any] = {"ok": True, "profile": {}, "tools": {}, "warnings": []}
@@ -58,11 +61,14 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> di
             if entry["state"] in ("drifted", "not_synced", "error", "unsupported"):
                 report["ok"] = False
         try:
-            entry["facts"] = adapter.inspect(env)
+            facts = adapter.inspect(env)
         except Exception as exc:  # inspect is best effort; doctor must never crash on a tool's odd file
-            entry["facts"] = {"error": f"{type(exc).__name__}: {exc}"}
+            facts = ToolFacts(summary=f"facts unavailable: {type(exc).__name__}",
+                              details={"error": f"{type(exc).__name__}: {exc}"})
+        entry["facts"] = facts.as_dict()
+        entry["summary"] = facts.summary
         report["tools"][name] = entry
-        report["warnings"] += _override_warnings(name, entry["facts"])
+        report["warnings"] += facts.override_warnings(name)
     _daemon_facts(report)
     return report
 
@@ -70,13 +76,10 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> di
 def _daemon_facts(report: dict[str, Any]) -> None:
     """Add what the sync daemon's state file says (``report["daemon"]``, per tool ``restart_needed`` and
     ``drift``) and warnings for a profile error the daemon holds, drift, and tools to restart."""
-    from conduit.daemon.sync.state import profile_error, read_state, tool_facts
-    from conduit.daemon.sync.syncd import running_daemon_pid
-
     doc = read_state()
     pid = running_daemon_pid()
     report["daemon"] = {"running": pid is not None, "pid": pid,
-                        "last_sync": (doc or {}).get("last_sync"), "profile_error": profile_error(doc)}
+                        "last_sync": doc.to_json()["last_sync"], "profile_error": profile_error(doc)}
     if pid is not None and profile_error(doc):
         report["warnings"].append(f"the daemon (pid {pid}) keeps the last good profile in force: "
                                   f"{profile_error(doc)}")
@@ -91,16 +94,6 @@ def _daemon_facts(report: dict[str, Any]) -> None:
                                       f"{facts.drift.get('detected_at')} (on_drift = {facts.drift.get('policy')})")
         if facts.restart_needed and facts.last_change_at:
             report["warnings"].append(f"{name}: changed at {facts.last_change_at}; {facts.restart_hint}")
-
-
-def _override_warnings(tool: str, facts: dict[str, Any]) -> list[str]:
-    out = []
-    for var, eff in (facts.get("effective") or {}).items():
-        if eff.get("overrides_conduit"):
-            out.append(f"{tool}: {var} = {eff.get('value')} comes from {eff.get('source')}: {eff.get('why')}")
-    if facts.get("auth_conflict"):
-        out.append(f"{tool}: both ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY are set; a sync keeps only one")
-    return out
 
 
 def _key_source_warnings(profile: LoadedProfile) -> list[str]:

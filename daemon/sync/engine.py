@@ -10,9 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env, NotFound, Unsupported
 from conduit.adapters.registry import ADAPTERS
-from conduit.adapters.writer import BackupStore, Writer, WriteResult
+from conduit.adapters.writer import Writer, WriteResult
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.resolve import Resolver

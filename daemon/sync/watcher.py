@@ -15,7 +15,7 @@ later (``~/.cline`` created) is noticed. Nothing here polls: with watchdog >= 5 
 inotify and on a queue, so an idle daemon does not wake up.
 
 The watcher only says *which watched file* changed; debouncing and deciding what a change means is the daemon's
-job (``conduit.daemon.sync.syncd``).
+job (``conduit.daemon.sync.loop``).
 """
 
 from __future__ import annotations

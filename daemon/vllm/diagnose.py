@@ -13,10 +13,11 @@ person sees one explanation whichever side noticed.
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-GIB = 1024**3
+from conduit.units import GiB
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,10 @@ class Diagnosis:
         return asdict(self)
 
 
-def _gib(x: float) -> str:
-    return f"{x:.2f}"
+def _gib(n_bytes: float) -> str:
+    """``10.50 GiB``: always GiB with two decimals, the unit and precision of vLLM's own start-up refusal
+    (``conduit.units.format_bytes`` would switch to MiB below 1 GiB, and the wording must match)."""
+    return f"{n_bytes / GiB:.2f} GiB"
 
 
 def gpu_memory_diagnosis(free_bytes: int, total_bytes: int, utilization: float, device: str = "0") -> Diagnosis:
@@ -54,8 +57,8 @@ def gpu_memory_diagnosis(free_bytes: int, total_bytes: int, utilization: float, 
     fit = max(0.05, round(free_bytes / total_bytes - 0.02, 2)) if total_bytes else 0.05
     return Diagnosis(
         "gpu_memory",
-        f"GPU {device}: {_gib(free_bytes / GIB)} GiB free of {_gib(total_bytes / GIB)} GiB, but "
-        f"gpu_memory_utilization {utilization:g} asks for {_gib(want / GIB)} GiB",
+        f"GPU {device}: {_gib(free_bytes)} free of {_gib(total_bytes)}, but "
+        f"gpu_memory_utilization {utilization:g} asks for {_gib(want)}",
         f"lower [vllm].gpu_memory_utilization to {fit:g} or less, or stop the other processes using that GPU",
     )
 
@@ -78,7 +81,7 @@ def _gpu_free(text: str) -> Diagnosis | None:
             )
         return None
     dev, free, total, util = m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))
-    return gpu_memory_diagnosis(int(free * GIB), int(total * GIB), util, dev.strip("()"))
+    return gpu_memory_diagnosis(int(free * GiB), int(total * GiB), util, dev.strip("()"))
 
 
 def _kv_max_len(text: str) -> Diagnosis | None:
@@ -237,6 +240,52 @@ def timeout_diagnosis(timeout_s: float, log_tail: str) -> Diagnosis:
         f"vLLM was not ready after {timeout_s:g} s; last log line: {last}",
         "raise [vllm].startup_timeout_s (large models and first-time compilation take minutes), "
         "or set enforce_eager = true to skip graph capture",
+    )
+
+
+_ENGINE_DEAD = re.compile(r"EngineDeadError|EngineCore encountered a fatal error|Engine core .*died")
+
+
+def exit_text(code: int | None) -> str:
+    """``exited with status 0``, ``was killed by SIGKILL``, ``exited (status unknown: adopted)``."""
+    if code is None:
+        return "exited (status unknown: adopted, not our child)"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def crash_diagnosis(d: Diagnosis, log_tail: str, exit_code: int | None, state: str) -> Diagnosis:
+    """An exit of a server that had started (``state``: ``ready``, ``unhealthy``): ``d`` when the log named a
+    cause, else kind ``crashed`` with how it ended and whether the engine died first."""
+    if d.kind != "exited":
+        return d
+    engine = " after its engine died" if _ENGINE_DEAD.search(log_tail) else ""
+    return Diagnosis(
+        "crashed",
+        f"vLLM {exit_text(exit_code)} while {state}{engine}",
+        "it is restarted automatically; if it keeps dying, read `conduit vllm logs` for the first error",
+    )
+
+
+def unhealthy_diagnosis(seconds: float, detail: str) -> Diagnosis:
+    """A server that answered /health with errors for ``seconds`` (``detail``: the last answer) was killed."""
+    return Diagnosis(
+        "unhealthy",
+        f"vLLM stayed unhealthy for {seconds:.0f} s ({detail})",
+        "it was killed and is restarted; read `conduit vllm logs` for why the engine stopped",
+    )
+
+
+def stop_incomplete_diagnosis(left: Sequence[str]) -> Diagnosis:
+    """Processes of the group outlived SIGKILL (``left``: ``"pid name"`` strings)."""
+    return Diagnosis(
+        "stop_incomplete",
+        f"processes of the vLLM group survived SIGKILL: {', '.join(left)}",
+        "they are probably stuck in the kernel (D state, e.g. a GPU driver call); check `ps` and nvidia-smi",
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from procs import alive, has_engine_and_worker, names
 
+from conduit.daemon.agent.gpu import memory_by_index
 from conduit.daemon.vllm.supervisor import Supervisor, VllmState
 
 pytestmark = pytest.mark.vllm
@@ -40,7 +41,7 @@ def test_lifecycle_through_the_supervisor(tiny_settings: Any) -> None:
     settings = tiny_settings(swap_space=4)
 
     async def main() -> None:
-        sup = Supervisor(settings)
+        sup = Supervisor(settings, memory_probe=memory_by_index)
         task = asyncio.create_task(sup.run())
         every: set[int] = set()
         try:
@@ -113,7 +114,7 @@ def test_lifecycle_through_the_supervisor(tiny_settings: Any) -> None:
 
 def _fails(settings: Any) -> dict[str, Any]:
     async def main() -> dict[str, Any]:
-        sup = Supervisor(settings)
+        sup = Supervisor(settings, memory_probe=memory_by_index)
         task = asyncio.create_task(sup.run())
         try:
             await sup.wait_for(S.FAILED, S.READY, timeout_s=300)

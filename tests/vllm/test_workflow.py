@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from conduit.daemon.bench import loadgen as lg
+from conduit.daemon.agent.gpu import memory_by_index
+from conduit.daemon.bench import outputs, prompts, runner, stats, wire
 from conduit.daemon.vllm.diagnose import find_kv_cache_line
 from conduit.daemon.vllm.metrics import parse
 from conduit.daemon.vllm.supervisor import Supervisor, VllmState
@@ -36,7 +37,7 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
     settings = tiny_settings(max_num_seqs=8)
 
     async def main() -> dict[str, Any]:
-        sup = Supervisor(settings)
+        sup = Supervisor(settings, memory_probe=memory_by_index)
         task = asyncio.create_task(sup.run())
         try:
             await sup.wait_for(VllmState.READY, VllmState.FAILED, timeout_s=450)
@@ -48,14 +49,14 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
             before = scrape(base)
             levels, windows = [], []
             for c in (1, 2, 4):  # one level at a time, scraped on both sides, so vLLM's counters cover it alone
-                cfg = lg.BenchConfig(endpoint=lg.Endpoint(f"{base}/v1", "openai", None, "bearer"), model="tiny",
-                                     prompts=lg.PromptSource(synthetic_tokens=32), requests=8, concurrency=(c,),
-                                     max_tokens=16, ignore_eos=True)
+                cfg = runner.BenchConfig(endpoint=wire.Endpoint(f"{base}/v1", "openai", None, "bearer"),
+                                         model="tiny", prompts=prompts.PromptSource(synthetic_tokens=32),
+                                         requests=8, concurrency=(c,), max_tokens=16, ignore_eos=True)
                 t0 = time.perf_counter()
-                levels += (await lg.run_sweep(cfg)).levels
+                levels += (await runner.run_sweep(cfg)).levels
                 windows.append(time.perf_counter() - t0)
             after = scrape(base)
-            return {"log": log_text, "sweep": lg.SweepResult({}, levels, lg.saturation_of(levels)),
+            return {"log": log_text, "sweep": outputs.SweepResult({}, levels, outputs.saturation_of(levels)),
                     "before": before, "after": after, "metrics_window_s": sum(windows)}
         finally:
             await sup.aclose(stop_vllm=True)
@@ -68,7 +69,7 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
     assert found is not None, "vLLM logged no KV cache line"
     _, line, logged_tokens = found
     logged_conc = float(line.rsplit("request: ", 1)[1].rstrip("x \n"))
-    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli.app", "plan", str(tiny_model), "--cpu-kv-space",
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "plan", str(tiny_model), "--cpu-kv-space",
                         "1GiB", "--dtype", "float32", "--max-model-len", "256", "--json"],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
@@ -77,7 +78,7 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
     assert round(ledger["max_concurrency"], 2) == logged_conc, (ledger, line)
 
     # 2. The bench measured the same requests vLLM counted.
-    sweep: lg.SweepResult = got["sweep"]
+    sweep: outputs.SweepResult = got["sweep"]
     before, after = got["before"], got["after"]
     assert all(lv.ok == lv.requests == 8 for lv in sweep.levels), [lv.errors for lv in sweep.levels]
     out_tokens = sum(lv.output_tokens for lv in sweep.levels)
@@ -97,7 +98,7 @@ def test_plan_and_bench_agree_with_vllm(tiny_settings: Any, tiny_model: Path, tm
     itl_hist = after.histograms["itl"].minus(before.histograms["itl"])
     assert itl_hist.count == 24 * 15  # one inter-token gap per token after the first, for every request
     server_itl_mean = itl_hist.sum_s / itl_hist.count
-    tpots = [lg.tpot(r.t_first, r.t_last, 16) for lv in sweep.levels for r in lv.results]
+    tpots = [stats.tpot(r.t_first, r.t_last, 16) for lv in sweep.levels for r in lv.results]
     client_tpot_mean = sum(t for t in tpots if t is not None) / len(tpots)
     # Throughput: both sides counted the same tokens (asserted above). Their rates over time differ by the same
     # front-end time as the TTFTs, so they are printed for the record rather than asserted (timings on these

@@ -1,0 +1,84 @@
+"""Changing the profile file: writing it atomically, and ``conduit use``'s edit that keeps every comment and
+the layout (tomlkit round-trips the document; only the keys set change).
+
+Reading and validating the profile is ``conduit.daemon.config.profile``; this module only writes, and every
+write is validated first, so an edit can never leave an invalid profile behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tomlkit
+
+from conduit.daemon.config.profile import (
+    LoadedProfile,
+    channel_hint,
+    check_model_id,
+    load_profile,
+    parse_profile,
+)
+from conduit.errors import BadArguments, ProfileError
+from conduit.fileio import atomic_write
+
+__all__ = ["save_profile", "use_model"]
+
+
+def save_profile(path: Path, text: str, *, validate: bool = True) -> LoadedProfile | None:
+    """Write profile ``text`` to ``path`` atomically (temp file, fsync, rename), keeping the file's mode
+    (0600 for a new file; a missing directory is created 0700).
+
+    Args:
+        path: the profile file.
+        text: the whole new profile.
+        validate: parse and validate first; an invalid text raises ProfileError and nothing is written.
+    Returns:
+        the validated profile, or None when ``validate`` is false.
+    Raises:
+        ProfileError: ``text`` is invalid (with ``validate``), or the file cannot be written (the old profile
+            is unchanged).
+    """
+    loaded = parse_profile(text, path) if validate else None
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    try:
+        atomic_write(path, text.encode("utf-8"), mode)
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot write the profile: {exc.strerror}",
+                           "check that the directory is writable; the old profile is unchanged") from None
+    return loaded
+
+
+def use_model(path: str | Path | None, model: str, channel: str | None = None) -> tuple[LoadedProfile, list[str]]:
+    """Set the profile's active ``model`` (and ``channel``) with tomlkit, keeping comments and layout.
+
+    Args:
+        path: the profile file (None: ``CONDUIT_PROFILE`` or the default).
+        model: the model id, as the gateway lists it.
+        channel: a channel the profile defines, or None to keep the active one.
+    Returns:
+        (the saved profile, warnings such as "model not in channels.X.models").
+    Raises:
+        BadArguments: a model id with whitespace or control characters, or a channel that does not exist.
+        ProfileError: unreadable/invalid profile. Nothing is written in either case.
+    """
+    try:
+        model = check_model_id(model)
+    except ValueError as exc:
+        raise BadArguments(f"model {model!r}: {exc}", "give the model id exactly as the gateway lists it") from None
+    loaded = load_profile(path)
+    doc = tomlkit.parse(loaded.text)
+    if channel is not None:
+        if channel not in loaded.model.channels:
+            raise BadArguments(f"channel `{channel}` is not defined in {loaded.path}",
+                               channel_hint(channel, loaded.model.channels))
+        doc["channel"] = channel
+    doc["model"] = model
+    new = save_profile(loaded.path, tomlkit.dumps(doc))
+    assert new is not None
+    warnings = []
+    models = new.model.channels[new.model.channel].models
+    if models and model not in models:
+        warnings.append(f"`{model}` is not in channels.{new.model.channel}.models ({', '.join(models)}); "
+                        "the gateway may answer 404 for it")
+    return new, warnings

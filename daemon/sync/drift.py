@@ -1,0 +1,92 @@
+"""Telling conduit's own writes from drift, and what one drift looks like.
+
+After each sync the daemon remembers the SHA-256 of every file it synced (``ToolTrack``). An event on a file
+whose bytes still hash the same is conduit's own write (never drift, never a loop). Otherwise a dry-run sync of
+the tool says whether an owned key changed behind conduit's back: that is **drift**, recorded as a
+``DriftRecord`` (``drift_record``). One drift is identified by the lines it changes (``diff_core``), so the same
+drift seen again keeps its ``detected_at`` and is logged once. With ``on_drift = "reapply"`` the profile is
+written back at most ``REAPPLY_LIMIT`` times per ``REAPPLY_WINDOW_S`` per tool, so a tool that keeps writing its
+cached settings back cannot make the two programs ping-pong forever.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conduit.daemon.sync.engine import ToolReport
+from conduit.daemon.sync.state import DriftRecord, utc_now
+
+__all__ = ["REAPPLY_LIMIT", "REAPPLY_WINDOW_S", "ToolTrack", "diff_core", "drift_record", "file_digest"]
+
+REAPPLY_LIMIT = 3
+"""Re-applies of the profile to one tool allowed within ``REAPPLY_WINDOW_S``."""
+REAPPLY_WINDOW_S = 60.0
+"""The window (seconds) ``REAPPLY_LIMIT`` counts in."""
+
+
+def file_digest(path: Path) -> str | None:
+    """SHA-256 (hex) of a file's bytes, plus its ``-wal`` companion when present; None when missing."""
+    h = hashlib.sha256()
+    found = False
+    for p in (path, path.with_name(path.name + "-wal")):
+        try:
+            with open(p, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+            found = True
+        except OSError:
+            h.update(b"\0missing")
+    return h.hexdigest() if found else None
+
+
+@dataclass
+class ToolTrack:
+    """What the daemon remembers of one tool between syncs.
+
+    Attributes:
+        files: the tool's files (and databases) the last sync handled.
+        digests: ``file_digest`` of each, as the daemon last saw it (after its write, or an accepted drift).
+        reapplies: ``time.monotonic()`` of the last re-applies (at most ``REAPPLY_LIMIT``).
+    """
+
+    files: list[Path] = field(default_factory=list)
+    digests: dict[Path, str | None] = field(default_factory=dict)
+    reapplies: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=REAPPLY_LIMIT))
+
+    def refresh(self) -> None:
+        """Remember the files' current content as seen (conduit's write, or a drift already reported)."""
+        self.digests = {p: file_digest(p) for p in self.files}
+
+    def unchanged(self, hit: set[Path]) -> bool:
+        """True when every file in ``hit`` still has the content last seen: the event was conduit's own write."""
+        return all(file_digest(p) == self.digests.get(p) for p in hit)
+
+    def may_reapply(self) -> bool:
+        """Spend one re-apply if the budget allows (``REAPPLY_LIMIT`` per ``REAPPLY_WINDOW_S``)."""
+        now = time.monotonic()
+        if len(self.reapplies) == REAPPLY_LIMIT and now - self.reapplies[0] < REAPPLY_WINDOW_S:
+            return False
+        self.reapplies.append(now)
+        return True
+
+
+def diff_core(diff: str) -> list[str]:
+    """The changed lines of a diff (no headers, no context, no hunk positions): what identifies one drift."""
+    return [ln for ln in diff.splitlines()
+            if ln[:1] in "+-" and not ln.startswith(("+++", "---")) and ln.strip()]
+
+
+def drift_record(dry: ToolReport, previous: DriftRecord | None, policy: str) -> tuple[DriftRecord, bool]:
+    """The drift a dry-run sync that would change ``dry.tool`` shows, and whether it is the ``previous`` one
+    again (same changed lines: it keeps its ``detected_at``)."""
+    changed = [r for r in dry.results if r.changed]
+    diff = "\n".join(r.diff for r in changed if r.diff)
+    same = diff_core(previous.diff if previous else "") == diff_core(diff)
+    detected_at = (previous.detected_at if previous else None) if same else utc_now()
+    record = DriftRecord(detected_at=detected_at, files=[str(r.path) for r in changed], diff=diff, policy=policy,
+                         reapplied=False)
+    return record, same

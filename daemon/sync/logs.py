@@ -1,0 +1,82 @@
+"""The sync daemon's logging: one handler on stderr, keys masked on the way out, journald levels under systemd.
+
+- Every record passes ``RedactFilter``: the kernel's ``conduit.redact.Redactor`` (the keys the daemon has read)
+  over the formatted message and its traceback, so a key is only ever logged as its fingerprint. A safety net:
+  messages are built from fingerprints already.
+- Under systemd (``$JOURNAL_STREAM`` names stderr) lines carry ``<N>`` syslog priority prefixes instead of
+  timestamps, so journald stores levels (sd-daemon(3), "SD_WARNING"...); elsewhere
+  ``2026-01-01 12:00:00 INFO message``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+from conduit.redact import Redactor
+
+__all__ = ["RedactFilter", "setup_logging", "under_journal"]
+
+_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+"""Python level -> syslog priority (``<7>`` debug ... ``<2>`` critical), what journald reads as the level."""
+
+
+class RedactFilter(logging.Filter):
+    """A logging filter that masks every secret a ``Redactor`` knows, in the message and its traceback.
+
+    Args:
+        redactor: the process's redactor (teach it keys with ``redactor.add``); a new one by default.
+    """
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self.redactor = redactor if redactor is not None else Redactor()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Replace the record's message (with its traceback folded in) by its redacted text; keeps every record."""
+        msg = record.getMessage()
+        if record.exc_info:
+            msg += "\n" + logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        record.msg, record.args = self.redactor(msg), None
+        return True
+
+
+class _JournalFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{_PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
+
+
+def under_journal(environ: Mapping[str, str] | None = None) -> bool:
+    """True when stderr is connected to journald (``$JOURNAL_STREAM`` = stderr's ``device:inode``,
+    systemd.exec(5))."""
+    value = (environ if environ is not None else os.environ).get("JOURNAL_STREAM", "")
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return value == f"{st.st_dev}:{st.st_ino}"
+
+
+def setup_logging(verbose: bool = False, *, redactor: Redactor | None = None) -> Redactor:
+    """Log the ``conduit`` loggers to stderr: ``<N>message`` under journald, else ``2026-01-01 12:00:00 INFO
+    message``; DEBUG with ``verbose``, else INFO. Replaces handlers an earlier call installed.
+
+    Returns the redactor the handler masks with (add keys to it as they are read).
+    """
+    mask = RedactFilter(redactor)
+    handler = logging.StreamHandler(sys.stderr)
+    if under_journal():
+        handler.setFormatter(_JournalFormatter("%(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    handler.addFilter(mask)
+    root = logging.getLogger("conduit")
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    root.propagate = False
+    return mask.redactor

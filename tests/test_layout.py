@@ -1,0 +1,80 @@
+"""The house stays easy to see: size limits, one NVML reader, and a type checker that sees across modules.
+
+These read the source tree (and run mypy once); they fail when a change breaks the layout rules of the
+README's "Layout" section, so the rules do not erode one commit at a time.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = [ROOT / "daemon", ROOT / "adapters", ROOT / "conduit"]
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def _sources() -> list[Path]:
+    return sorted(p for d in PRODUCT for p in d.rglob("*.py"))
+
+
+def _functions(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None]
+
+
+def test_no_module_over_500_lines() -> None:
+    big = {str(p.relative_to(ROOT)): n for p in _sources()
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert big == {}
+
+
+def test_no_function_over_60_lines() -> None:
+    long = {f"{p.relative_to(ROOT)}:{name}": n for p in _sources() for name, n in _functions(p)
+            if n > MAX_FUNCTION_LINES}
+    assert long == {}
+
+
+def test_one_nvml_reader() -> None:
+    """Only the agent's GPU module talks to NVML; plan and the vLLM preflight are handed its readings."""
+    readers = sorted(str(p.relative_to(ROOT)) for p in _sources()
+                     if "import pynvml" in p.read_text(encoding="utf-8"))
+    assert readers == ["daemon/agent/gpu.py"]
+
+
+def _link_tree(dest: Path) -> Path:
+    """The same link tree `make lint` builds: conduit/{kernel files, daemon, adapters} as symlinks."""
+    pkg = dest / "conduit"
+    pkg.mkdir(parents=True)
+    for entry in (ROOT / "conduit").iterdir():
+        if entry.name != "__pycache__":
+            (pkg / entry.name).symlink_to(entry)
+    (pkg / "daemon").symlink_to(ROOT / "daemon")
+    (pkg / "adapters").symlink_to(ROOT / "adapters")
+    return pkg
+
+
+@pytest.mark.skipif(shutil.which("mypy", path=os.path.dirname(sys.executable)) is None, reason="mypy not installed")
+def test_mypy_sees_a_wrong_cross_module_call(tmp_path: Path) -> None:
+    """A `-> str` function assigned to an `int` in another module is an error mypy reports: the package-dir
+    mapping no longer hides `conduit.*` imports from the type checker."""
+    tree = tmp_path / "tree"
+    _link_tree(tree)
+    probe = tree / "probe_wrong_call.py"
+    probe.write_text("from conduit.units import format_bytes\n\nn: int = format_bytes(1)\n", encoding="utf-8")
+    mypy = [str(Path(sys.executable).parent / "mypy"), "--config-file", str(ROOT / "pyproject.toml"),
+            "--cache-dir", str(tmp_path / "cache"), "--follow-imports=silent"]
+    bad = subprocess.run([*mypy, "probe_wrong_call.py"], cwd=tree, capture_output=True, text=True, timeout=280)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert 'Incompatible types in assignment (expression has type "str", variable has type "int")' in bad.stdout
+    probe.write_text("from conduit.units import format_bytes\n\ns: str = format_bytes(1)\n", encoding="utf-8")
+    good = subprocess.run([*mypy, "probe_wrong_call.py"], cwd=tree, capture_output=True, text=True, timeout=280)
+    assert good.returncode == 0, good.stdout + good.stderr
