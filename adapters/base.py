@@ -146,6 +146,9 @@ class TextTarget:
             (``0o600`` for files holding keys).
         create: whether to create the file (and its directory) when missing.
         label: a short name for reports (``settings.json``).
+        merge: ``render`` merges into the current content (the default). The writer then never renders from a
+            file that is blank or does not parse while another program may be saving it (it re-reads, then
+            skips the file). False for a render that ignores the current content (a restore).
     """
 
     path: Path
@@ -154,6 +157,7 @@ class TextTarget:
     mode: int = 0o600
     create: bool = True
     label: str = ""
+    merge: bool = True
 
 
 @dataclass
@@ -168,11 +172,14 @@ class SqliteTarget:
         apply: (connection, dry_run) -> list of human-readable change lines with secrets already masked;
             an empty list means nothing changed (the writer then rolls back and takes no backup).
         label: a short name for reports.
+        mode: the loosest mode the database (and its ``-journal``/``-wal``/``-shm`` files) may keep, e.g.
+            ``0o600`` when it holds a key; looser ones are tightened, with a notice. None: modes are left as is.
     """
 
     path: Path
     apply: Callable[[sqlite3.Connection, bool], list[str]]
     label: str = ""
+    mode: int | None = None
 
 
 Target = TextTarget | SqliteTarget

@@ -113,7 +113,9 @@ class CCSwitch(AdapterDefaults):
         db = d / "cc-switch.db"
         pid = provider_id(settings.channel)
         if db.exists():
-            targets: list[Target] = [SqliteTarget(db, _row_writer(settings, pid, opts.make_current), label="cc-switch.db")]
+            # The row holds the key: the database and its journal files are made 0600, as any file with a key.
+            targets: list[Target] = [SqliteTarget(db, _row_writer(settings, pid, opts.make_current), label="cc-switch.db",
+                                                  mode=0o600 if settings.key else None)]
             if opts.make_current:
                 def current(doc: dict[str, Any]) -> dict[str, Any]:
                     doc["currentProviderClaude"] = pid

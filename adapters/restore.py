@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from conduit.adapters.base import SqliteTarget, TextTarget
 from conduit.adapters.results import Backup, BackupSink
+from conduit.adapters.snapshot import whole_text_problem
 from conduit.adapters.writer import Writer
 from conduit.errors import ToolFileError
 
@@ -25,24 +26,39 @@ def write_back(store: BackupSink, tool: str, chosen: Sequence[Backup]) -> list[P
         The original paths written back (unchanged ones included).
 
     Raises:
-        ToolFileError: a file could not be written (the message names it; that file is unchanged).
+        ToolFileError: a file could not be written (the message names it; that file is unchanged), or a text
+            backup is no restore point (blank, or not a whole file of its format: taken while another program
+            was half-way through saving); then nothing is written.
     """
     writer = Writer(store)
     restored: list[Path] = []
+    texts = {b.id: _whole_text(b) for b in chosen if b.kind != "sqlite"}
     for b in chosen:
         target: TextTarget | SqliteTarget
         if b.kind == "sqlite":
             target = SqliteTarget(path=b.path, apply=_sqlite_restorer(b), label=f"restore {b.id}")
         else:
-            text = b.file.read_bytes().decode("utf-8")
-            target = TextTarget(
-                path=b.path, render=_constant(text), mode=b.mode, create=True, label=f"restore {b.id}"
-            )
+            target = TextTarget(path=b.path, render=_constant(texts[b.id]), mode=b.mode, create=True,
+                                label=f"restore {b.id}", merge=False)
         result = writer.apply(tool, target)
         if result.error:
             raise ToolFileError(result.error)
         restored.append(b.path)
     return restored
+
+
+def _whole_text(backup: Backup) -> str:
+    """The text of a text backup. Raises ToolFileError when it is no restore point: blank, not UTF-8, or not a
+    whole file of its format (``conduit.adapters.snapshot.whole_text_problem``)."""
+    data = backup.file.read_bytes()
+    problem = whole_text_problem(backup.path, data)
+    if problem is not None:
+        raise ToolFileError(
+            f"backup {backup.id} of {backup.path} is no restore point: {problem}",
+            hint=f"it was taken while another program was saving the file; pick another with "
+            f"`conduit restore {backup.tool} --list`. Nothing was restored",
+        )
+    return data.decode("utf-8")
 
 
 def _constant(text: str) -> Callable[[str | None], str]:

@@ -4,7 +4,8 @@ What it guarantees (DESIGN.md "Writing other programs' files"): the existing dat
 one ``BEGIN IMMEDIATE`` transaction with a busy timeout, retried with backoff on "database is locked" (CC
 Switch sets no busy timeout of its own: shared/formats/cc-switch.md "Locking"); a backup of the committed
 state taken inside that transaction, before anything changes, and dropped again when nothing changed or the
-commit failed; ``secure_delete`` so an overwritten key does not linger in free pages.
+commit failed; ``secure_delete`` so an overwritten key does not linger in free pages; a database holding a key
+(``SqliteTarget.mode``) made 0600 together with its ``-journal``/``-wal``/``-shm`` files.
 
 Errors: ``ToolFileError`` (missing database, still locked after the retries) and ``sqlite3.Error`` propagate;
 ``Writer.apply`` turns both into ``WriteResult.error``.
@@ -24,6 +25,9 @@ from urllib.parse import quote
 from conduit.adapters.base import SqliteTarget
 from conduit.adapters.results import BackupSink, WriteResult
 from conduit.errors import ToolFileError
+
+_COMPANIONS = ("-journal", "-wal", "-shm")
+"""The files SQLite keeps next to a database (rollback journal, write-ahead log, its shared-memory index)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class SqliteApplier:
         for attempt in range(self.retries + 1):
             try:
                 self._once(tool, target, uri, result)
+                self._tighten(target, result)
                 return
             except sqlite3.OperationalError as err:
                 if "locked" not in str(err) and "busy" not in str(err):
@@ -70,6 +75,29 @@ class SqliteApplier:
                     ) from None
                 time.sleep(delay)
                 delay *= 2
+
+    def _tighten(self, target: SqliteTarget, result: WriteResult) -> None:
+        """Give the database and its ``-journal``/``-wal``/``-shm`` files at most ``target.mode`` (a database
+        holding a key: 0600), with a notice per file. SQLite creates those companion files with the database's
+        own mode (sqlite3 ``os_unix.c`` ``findCreateFileMode``), so later journals follow. A dry run only says
+        what it would do."""
+        if target.mode is None:
+            return
+        for path in [target.path, *(target.path.with_name(target.path.name + s) for s in _COMPANIONS)]:
+            try:
+                current = os.stat(path).st_mode & 0o7777
+            except FileNotFoundError:
+                continue
+            if not current & ~target.mode & 0o777:
+                continue
+            tightened = current & target.mode & 0o777
+            result.changed = True
+            if self.dry_run:
+                result.notices.append(f"would tighten mode {current:04o} -> {tightened:04o} ({path.name})")
+                continue
+            with contextlib.suppress(FileNotFoundError):  # a -journal may go away at its commit
+                os.chmod(path, tightened)
+                result.notices.append(f"tightened mode {current:04o} -> {tightened:04o} ({path.name})")
 
     def _once(self, tool: str, target: SqliteTarget, uri: str, result: WriteResult) -> None:
         conn = sqlite3.connect(uri, uri=True, timeout=self.timeout_s, isolation_level=None)

@@ -4,18 +4,27 @@ An adapter returns targets (``conduit.adapters.base``); ``Writer.apply`` turns e
 disk and a ``WriteResult`` for the report. What it guarantees (DESIGN.md "Writing other programs' files"):
 
 - **Nothing written when nothing changed**: same bytes -> no write, the file's mtime and inode stay.
-- **Merge survives concurrent edits**: the file is re-read immediately before the replace; if another program
-  (Claude Code itself, a hooks installer) changed it since the first read, the target is rendered again from the
-  new content, up to ``MAX_RENDERS`` times.
+- **Merge survives concurrent edits**: the file is re-read after the temp file is filled and compared with what
+  was merged (device, inode, size, ``mtime_ns``, SHA-256: ``conduit.adapters.snapshot.Seen``) once more right
+  before the swap; on Linux the swap is ``renameat2(RENAME_EXCHANGE)`` and the displaced file is compared right
+  after it too, the swap undone when it differs (``conduit.adapters.exchange``). If another program (Claude Code
+  itself, a hooks installer) changed the file, the target is rendered again from the new content, up to
+  ``MAX_RENDERS`` times.
+- **Half-saved files are never merged from**: a file that exists but is blank or does not parse may be in the
+  middle of another program's truncate-then-write save; it is re-read after ``SETTLE_WAITS_S`` (about 200 ms),
+  and if it stays so the target is skipped with an error naming the file. A missing file is created as usual.
 - **Atomic**: a temp file ``.<name>.conduit-tmp-<pid>-<random>`` in the same directory is written, fsynced,
-  given its mode and owner, then ``os.replace``d over the file, and the directory is fsynced. A crash at any
-  point leaves either the old or the new bytes; temp files left by a crash are removed on the next write.
+  given its mode and owner, then swapped (or ``os.replace``d) over the file, and the directory is fsynced. A
+  crash at any point leaves either the old or the new bytes; temp files left by a crash are removed on the next
+  write.
 - **Symlinks**: the *resolved* path is written, so a dotfile-repo symlink stays a symlink.
 - **Modes**: an existing mode is kept unless looser than ``target.mode`` (then tightened, with a notice); new
   files get ``target.mode`` whatever the umask; the owner is kept where the OS allows.
-- **Backups**: before any change the current file is copied to the backup store
-  (``conduit.adapters.backups.BackupStore``, which also restores through this writer).
-- **SQLite**: one ``BEGIN IMMEDIATE`` transaction with a busy timeout (``conduit.adapters.sqlite_apply``).
+- **Backups**: before any change the bytes of the last re-read are copied to the backup store
+  (``conduit.adapters.backups.BackupStore``, which also restores through this writer); blank or unparseable
+  bytes are never kept as a restore point.
+- **SQLite**: one ``BEGIN IMMEDIATE`` transaction with a busy timeout (``conduit.adapters.sqlite_apply``); a
+  database holding a key is made 0600 with its ``-journal``/``-wal``/``-shm`` files.
 - **Secrets**: diffs, errors and notices pass through ``target.mask`` and ``conduit.redact.redact`` over the
   writer's ``secrets`` list (each replaced by its fingerprint).
 
@@ -33,16 +42,20 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from conduit.adapters.base import SqliteTarget, TextTarget
-from conduit.adapters.results import BackupSink, WriteResult
+from conduit.adapters.exchange import exchange, place_new
+from conduit.adapters.results import Backup, BackupSink, WriteResult
+from conduit.adapters.snapshot import SETTLE_WAITS_S, Seen, blank, read_seen, whole_text_problem
 from conduit.adapters.sqlite_apply import SqliteApplier
 from conduit.errors import ToolFileError
 from conduit.fileio import fill_tmp, fsync_dir, make_private_dirs, new_tmp, release_tmp, remove_stale_temps
@@ -52,20 +65,6 @@ __all__ = ["MAX_RENDERS", "WriteResult", "Writer"]
 
 MAX_RENDERS = 5
 """How often a text target is rendered again when the file keeps changing under the writer."""
-
-_Read = tuple[bytes | None, os.stat_result | None]
-"""A file's bytes and stat, or (None, None) when it does not exist."""
-
-
-def _read(path: Path) -> _Read:
-    """The file's bytes and stat, or (None, None) when it does not exist. Raises OSError otherwise."""
-    try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            return fh.read(), st
-    except FileNotFoundError:
-        return None, None
-
 
 def _decode(data: bytes | None, path: Path) -> str | None:
     if data is None:
@@ -194,8 +193,8 @@ class Writer:
 
     def _apply_text(self, tool: str, target: TextTarget, result: WriteResult) -> None:
         real = self._resolve(target)
-        data, st = _read(real)
-        if data is None and not target.create:
+        seen = read_seen(real)
+        if seen.data is None and not target.create:
             result.notices.append(f"{target.path} does not exist; conduit does not create it")
             return
         if not self.dry_run:
@@ -203,29 +202,55 @@ class Writer:
             if stale:
                 result.notices.append(f"removed {stale} temporary file(s) left by an interrupted write")
         for _ in range(MAX_RENDERS):
-            current = _decode(data, real)
-            new = target.render(current)
+            seen, current, new = self._settled(target, real, seen)
             new_bytes = new.encode("utf-8")
-            if data is not None and new_bytes == data:
+            if seen.data is not None and new_bytes == seen.data:
                 result.changed, result.diff = False, ""
-                self._tighten_only(real, st, target.mode, result)
+                self._tighten_only(real, seen.st, target.mode, result)
                 return
             result.changed = True
             result.diff = self._diff(target, current, new)
-            mode, notices = _mode_for(st, target.mode)
+            mode, notices = _mode_for(seen.st, target.mode)
             if self.dry_run:
                 result.notices.extend(n.replace("tightened mode", "would tighten mode") for n in notices)
                 return
-            if data is None:
+            if seen.data is None:
                 self._make_parent(real, target.path)
-            replaced, again = self._replace(tool, target, real, (data, st), new_bytes, mode, notices, result)
+            replaced, seen = self._replace(tool, target, real, seen, new_bytes, mode, notices, result)
             if replaced:
                 return
-            data, st = again  # changed under us: merge into the new content instead
+            # changed under us: merge into the new content instead
         raise ToolFileError(
             f"{target.path} kept changing while conduit tried to update it ({MAX_RENDERS} attempts)",
             hint="another program is rewriting it; sync again when it is idle. conduit left it unchanged",
         )
+
+    @staticmethod
+    def _settled(target: TextTarget, real: Path, seen: Seen) -> tuple[Seen, str | None, str]:
+        """Render ``target`` from ``seen``: (what it was rendered from, its text, the new text).
+
+        A file that exists but is blank, not UTF-8 or does not parse may be half-saved by another program (a
+        truncate-then-write save): it is re-read after each of ``SETTLE_WAITS_S``. Raises ToolFileError when it
+        stays so (nothing is written over it); a render that ignores the current content (``merge=False``)
+        is never held back.
+        """
+        waits = iter(SETTLE_WAITS_S)
+        while True:
+            try:
+                if target.merge and blank(seen.data):
+                    raise ToolFileError(
+                        f"{target.path} is empty ({len(seen.data or b'')} bytes): another program may be saving it",
+                        hint="conduit left it alone and synced the other tools. If the tool left it empty for good, "
+                        "delete it (conduit then creates it) and sync again",
+                    )
+                current = _decode(seen.data, real)
+                return seen, current, target.render(current)
+            except ToolFileError:
+                wait = next(waits, None)
+                if wait is None or seen.data is None or not target.merge:
+                    raise
+            time.sleep(wait)
+            seen = read_seen(real)
 
     @staticmethod
     def _resolve(target: TextTarget) -> Path:
@@ -240,37 +265,53 @@ class Writer:
             )
         return real
 
-    def _replace(self, tool: str, target: TextTarget, real: Path, seen: _Read, new_bytes: bytes, mode: int,
-                 notices: list[str], result: WriteResult) -> tuple[bool, _Read]:
-        """Write ``new_bytes`` to a temp file, re-read ``real``, back it up and replace it.
+    def _replace(self, tool: str, target: TextTarget, real: Path, seen: Seen, new_bytes: bytes, mode: int,
+                 notices: list[str], result: WriteResult) -> tuple[bool, Seen]:
+        """Fill a temp file with ``new_bytes``, re-read ``real``, back up the bytes of that re-read, and put the
+        temp file in place only if ``real`` is still what was merged (``seen``), compared once more right
+        before the swap and, where the OS can swap two names, right after it (``_swap``).
 
         Returns:
             (True, seen) when replaced; (False, what the file holds now) when another program changed it since
             ``seen`` was read: nothing was replaced, and the caller renders again from the new content.
         """
-        data, st = seen
         tmp = new_tmp(real.parent, real.name)
-        replaced = False
+        placed = False
+        backup: Backup | None = None
         try:
-            fill_tmp(tmp, new_bytes, mode, (st.st_uid, st.st_gid) if st else None, notices)
-            again = _read(real)
-            if again[0] != data:
+            fill_tmp(tmp, new_bytes, mode, (seen.st.st_uid, seen.st.st_gid) if seen.st else None, notices)
+            again = read_seen(real)
+            if not again.same(seen):
                 return False, again
-            if data is not None and st is not None:
-                backup = self.backups.save_bytes(tool, target.path, data, mode=st.st_mode & 0o7777,
-                                                 batch=self.batch)
-                result.backup = backup.file
-            os.replace(tmp, real)
-            replaced = True
+            backup = self._backup(tool, target, again, result)
+            placed, now = _swap(tmp, real, seen)
+            if not placed:
+                return False, now
             fsync_dir(real.parent)
         finally:
-            release_tmp(tmp, unlink=not replaced)
+            release_tmp(tmp, unlink=True)  # after a swap it holds the replaced file; else our unused one
+            if backup is not None and not placed:
+                with contextlib.suppress(OSError, ToolFileError):
+                    self.backups.forget(backup)
+        result.backup = backup.file if backup is not None else None
         if real != Path(os.path.abspath(target.path)):
             notices.append(f"wrote through the symlink {target.path} -> {real}")
-        if st is not None and st.st_nlink > 1:
-            notices.append(f"{real} had {st.st_nlink} hard links; only this name has the new content")
+        if seen.st is not None and seen.st.st_nlink > 1:
+            notices.append(f"{real} had {seen.st.st_nlink} hard links; only this name has the new content")
         result.notices.extend(notices)
         return True, seen
+
+    def _backup(self, tool: str, target: TextTarget, seen: Seen, result: WriteResult) -> Backup | None:
+        """Back up the bytes of the last re-read, unless they are no restore point: a file that did not exist,
+        or one that is blank or not whole (possible only for a ``merge=False`` target such as a restore)."""
+        if seen.data is None or seen.st is None:
+            return None
+        problem = whole_text_problem(target.path, seen.data) if (not target.merge or blank(seen.data)) else None
+        if problem is not None:
+            result.notices.append(f"took no backup of {target.path}: {problem}, so it is no restore point")
+            return None
+        return self.backups.save_bytes(tool, target.path, seen.data, mode=seen.st.st_mode & 0o7777,
+                                       batch=self.batch)
 
     def _tighten_only(self, real: Path, st: os.stat_result | None, wanted: int, result: WriteResult) -> None:
         """Content already right, but a file holding a key may still be too open (case C17): chmod only."""
@@ -295,3 +336,35 @@ class Writer:
                 hint="move that file away or fix the path; conduit changed nothing",
             )
         make_private_dirs(parent)
+
+
+def _swap(tmp: Path, real: Path, seen: Seen) -> tuple[bool, Seen]:
+    """Put the filled ``tmp`` at ``real`` if ``real`` is still ``seen``: compared right before the swap; with
+    ``renameat2(RENAME_EXCHANGE)`` also right after it, on the file the swap displaced (now named ``tmp``), and
+    undone when that is not ``seen``. A new file is placed only where nothing is (``RENAME_NOREPLACE``).
+
+    Returns:
+        (True, seen) when placed; (False, what ``real`` holds now) when another program changed it.
+    """
+    last = read_seen(real)
+    if not last.same(seen):
+        return False, last
+    if seen.data is None:
+        try:
+            if not place_new(tmp, real):
+                os.replace(tmp, real)
+        except FileExistsError:
+            return False, read_seen(real)
+        return True, seen
+    ours = os.lstat(tmp).st_ino
+    if not exchange(tmp, real):
+        os.replace(tmp, real)  # no atomic swap on this file system: the check above was the last moment
+        return True, seen
+    if read_seen(tmp).same(seen):
+        return True, seen
+    # Another program saved between the check and the swap: its file goes back in place, and we merge again.
+    with contextlib.suppress(OSError):
+        exchange(tmp, real)
+        if os.lstat(tmp).st_ino != ours:  # yet another save replaced ours meanwhile: that newest one goes back
+            exchange(tmp, real)
+    return False, read_seen(real)

@@ -1,6 +1,8 @@
-"""The one redaction function: every text that leaves a conduit process (logs, errors, the state file, the
+"""The one place secrets are masked: every text that leaves a conduit process (logs, errors, the state file, the
 socket, ``--json``, diffs, vLLM log tails) passes through ``redact`` or a ``Redactor`` holding the keys the
-profile resolves, so a key is only ever shown as its ``fingerprint`` (``sk-...c3f9``).
+profile resolves, so a key is only ever shown as its ``fingerprint`` (``sk-...c3f9``). Text written by other
+programs (vLLM's log, a launcher's output, a malformed request) may hold secrets conduit never read: for those
+``mask_key_flags`` masks the values of key-like flags and assignments by their syntax.
 
 Example::
 
@@ -11,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable
 
@@ -82,3 +85,51 @@ class Redactor:
     def __call__(self, text: str) -> str:
         """``redact(text, self.secrets)``."""
         return redact(text, self.secrets)
+
+
+_SECRET_NAME = r"(?:api[-_]?key|token|secret|password|passwd|credentials?)"
+KEY_FLAG_RE = re.compile(rf"^--?(?:[A-Za-z0-9]+[-_])*(?:{_SECRET_NAME}|key)$", re.IGNORECASE)
+"""A command-line flag whose value is a secret: ``--api-key``, ``--key``, ``--token``, ``--hf-token``, ``--password``."""
+
+_VALUE = r"[^\s'\"\\,;)\]}]+"  # up to whitespace, a quote, a backslash (a JSON escape) or a closing bracket
+_KEY_FLAGS = (
+    # --api-key X, --api-key=X, '--api-key', 'X' (an argv list), --hf-token X (the name ends with the secret
+    # word: --tokenizer is not one)
+    re.compile(rf"(?i)(--[\w-]*{_SECRET_NAME})(?![\w-])(\s*=\s*|\s+|['\"],\s*)(['\"]?)({_VALUE})"),
+    # api_key=X, VLLM_API_KEY=X, 'api_key': 'X', x-api-key: X, hf_token = X
+    re.compile(rf"(?i)(?<![\w-])([\w.-]*{_SECRET_NAME})(?![\w-])(['\"]?\s*[=:]\s*)(['\"]?)({_VALUE})"),
+    # Authorization: Bearer X, Authorization: Basic X, Authorization: X
+    re.compile(rf"(?i)(\bauthorization['\"]?\s*[:=]\s*['\"]?(?:(?:basic|bearer|token)(?=\s))?)(\s*)()({_VALUE})"),
+    # Bearer X (a header quoted without its name)
+    re.compile(rf"(?i)(\bbearer)(\s+)()({_VALUE})"),
+)
+
+
+def _mask(m: re.Match[str]) -> str:
+    value = m.group(4)
+    if "..." in value or value.lower() in ("none", "null", "true", "false", "***"):
+        return m.group(0)  # already a fingerprint, or not a value
+    return f"{m.group(1)}{m.group(2)}{m.group(3)}{fingerprint(value)}"
+
+
+def mask_key_flags(text: str) -> str:
+    """``text`` with the values of key-like flags and assignments replaced by their fingerprints:
+    ``--api-key X``/``--api-key=X``, ``api_key=X``/``api_key: X`` (any name ending in api_key, token, secret,
+    password or credentials, so ``VLLM_API_KEY=X`` and ``hf_token=X`` too, but not ``max_num_batched_tokens``)
+    and ``Authorization: Bearer X``/``Authorization: Basic X``/``Bearer X``. A value ends at whitespace, a quote, a backslash, a comma, a semicolon or a
+    closing bracket."""
+    for pattern in _KEY_FLAGS:
+        text = pattern.sub(_mask, text)
+    return text
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """A copy of ``argv`` with the value after (or in) a key-like flag masked: ``["--api-key", "X"]`` and
+    ``["--api-key=X"]`` keep the flag and show ``X`` as its fingerprint (``mask_key_flags`` on each pair)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if i + 1 < len(out) and _KEY_FLAGS[0].fullmatch(f"{arg} {out[i + 1]}"):
+            out[i + 1] = mask_key_flags(f"{arg} {out[i + 1]}")[len(arg) + 1:]
+        elif "=" in arg:
+            out[i] = mask_key_flags(arg)
+    return out

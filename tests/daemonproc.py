@@ -71,10 +71,12 @@ class Daemon:
         home: the temporary HOME.
         tmp: where the log and the notify socket go.
         args: extra arguments after ``daemon``.
+        env: extra environment variables (None as a value removes the variable).
     """
 
-    def __init__(self, home: Path, tmp: Path, *args: str) -> None:
+    def __init__(self, home: Path, tmp: Path, *args: str, env: dict[str, str | None] | None = None) -> None:
         self.home, self.tmp, self.args = home, tmp, args
+        self.extra_env = env or {}
         self.log_path = tmp / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.notify: NotifyListener | None = None
@@ -84,7 +86,13 @@ class Daemon:
         self.starts += 1
         sock_path = self.tmp / f"notify-{self.starts}.sock"
         self.notify = NotifyListener(sock_path)
-        env = dict(os.environ, HOME=str(self.home), NOTIFY_SOCKET=str(sock_path), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, HOME=str(self.home), NOTIFY_SOCKET=str(sock_path), PYTHONUNBUFFERED="1",
+                   PYTHONFAULTHANDLER="1")  # SIGABRT on a hung daemon writes every thread's stack to the log
+        for name, value in self.extra_env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli", "daemon", "-v", *self.args],
                                      env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.home)
@@ -95,6 +103,20 @@ class Daemon:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stacks(self) -> str:
+        """Abort a hung daemon with SIGABRT and return what faulthandler wrote: every thread's stack."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        text = self.log()
+        at = text.find("Fatal Python error")
+        return text[at:] if at >= 0 else text[-4000:]
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -109,8 +131,12 @@ class Daemon:
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+                self.proc.send_signal(signal.SIGABRT)  # faulthandler: the hung threads' stacks into the log
+                try:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
         if self.notify:
             self.notify.close()
         rc = self.proc.returncode
@@ -132,7 +158,9 @@ def cline_settings(home: Path) -> dict[str, Any]:
 
 def cc_switch_env(home: Path) -> dict[str, Any]:
     db = home / ".cc-switch" / "cc-switch.db"
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+    # read-write (never create), as CC Switch opens it: after a kill -9 mid-commit the first reader must roll
+    # the hot journal back, which a read-only connection cannot ("attempt to write a readonly database")
+    with sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=10) as conn:
         row = conn.execute("SELECT settings_config FROM providers WHERE id = 'conduit-gw' AND app_type = 'claude'"
                            ).fetchone()
     conn.close()

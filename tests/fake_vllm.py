@@ -13,6 +13,14 @@ Behaviour from the environment:
     FAKE_VLLM_MESSAGE     a line printed before exiting at start (e.g. "OSError: [Errno 98] Address already in use")
     FAKE_VLLM_CHILDREN    1: start EngineCore + Worker children
     FAKE_VLLM_IGNORE_TERM 1: the children ignore SIGTERM (the supervisor must escalate to SIGKILL)
+    FAKE_VLLM_ECHO_KEY    1: print the API key (``VLLM_API_KEY``) as a careless launcher would: bare, as
+                          ``--api-key X``, ``api_key=X`` and ``Authorization: Bearer X``; also print
+                          ``FAKE_VLLM_ECHO_BARE`` as it is and ``FAKE_VLLM_ECHO_FLAG`` in flag forms only
+                          (``--api-key=X``, ``hf_token=X``). ``{key}`` in FAKE_VLLM_MESSAGE is the API key.
+    FAKE_VLLM_SETSID      child: fork a child that calls ``os.setsid()`` (leaving the group and session) and
+                          sleeps; orphan: the same from an intermediate process that then exits, so the sleeper
+                          is re-parented (to the agent when it is a subreaper). Its pid goes to
+                          ``FAKE_VLLM_PIDFILE`` when set.
 """
 
 from __future__ import annotations
@@ -47,6 +55,32 @@ def _child(role: str) -> None:
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more goes to the parent's pipe
     while True:
         time.sleep(3600)
+
+
+def _escape(how: str) -> None:
+    """Fork a process that leaves the group and session (``setsid()``) and sleeps (see FAKE_VLLM_SETSID)."""
+    pidfile = os.environ.get("FAKE_VLLM_PIDFILE")
+    r, w = os.pipe()
+    first = os.fork()
+    if first == 0:
+        os.close(r)
+        if how == "orphan" and os.fork() != 0:
+            os._exit(0)  # the intermediate exits: the sleeper is orphaned
+        os.setsid()
+        _set_comm("fake-escapee")
+        if pidfile:
+            with open(pidfile, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        os.write(w, b"x")
+        os.close(w)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        while True:
+            time.sleep(3600)
+    os.close(w)
+    os.read(r, 1)  # the sleeper has left the session and written its pid
+    os.close(r)
+    if how == "orphan":
+        os.waitpid(first, 0)
 
 
 def _args(argv: list[str]) -> dict[str, str]:
@@ -89,13 +123,20 @@ def main() -> None:
     key = args.get("api-key") or env.get("VLLM_API_KEY")
     pid = os.getpid()
     print(f"(APIServer pid={pid}) INFO fake vLLM, non-default args: {sys.argv[1:]}", flush=True)
+    if env.get("FAKE_VLLM_ECHO_KEY") == "1":
+        k, bare, flag = (env.get(v, "") for v in ("VLLM_API_KEY", "FAKE_VLLM_ECHO_BARE", "FAKE_VLLM_ECHO_FLAG"))
+        print(f"launching with key {k} (and {bare})\nargs: --api-key {k} --port {port}\nconfig: api_key={k}, "
+              f"hf_token={flag}\nheaders: {{'Authorization': 'Bearer {k}'}}\nextra: --api-key={flag}", flush=True)
+    if env.get("FAKE_VLLM_SETSID") in ("child", "orphan"):
+        _escape(env["FAKE_VLLM_SETSID"])
     if env.get("FAKE_VLLM_CHILDREN") == "1":
         engine = subprocess.Popen([sys.executable, __file__, "--fake-role=engine"], stdout=subprocess.PIPE)
         assert engine.stdout is not None
         engine.stdout.readline()  # EngineCore and its Worker exist before the port opens
     if mode == "exit_at_start":
         time.sleep(startup)
-        print(env.get("FAKE_VLLM_MESSAGE", "RuntimeError: fake start-up failure"), flush=True)
+        message = env.get("FAKE_VLLM_MESSAGE", "RuntimeError: fake start-up failure")
+        print(message.replace("{key}", env.get("VLLM_API_KEY", "")), flush=True)
         sys.exit(code)
     if mode == "never_ready":
         print(f"(APIServer pid={pid}) INFO loading weights forever", flush=True)

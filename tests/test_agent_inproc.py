@@ -19,6 +19,7 @@ from conduit.adapters.base import Root
 from conduit.daemon.agent.gpu import FakeNvml, GpuProbe
 from conduit.daemon.agent.prober import Prober, ProbeTarget
 from conduit.daemon.agent.server import Agent, AgentConfig, AgentState, claim_socket
+from conduit.redact import Redactor
 
 
 class RecordingSlot:
@@ -127,5 +128,36 @@ def test_vllm_slot_is_called_and_marks_gpu_processes(temp_home: Path) -> None:
 
         run_agent_inproc(agent, body)
         assert slot.calls[:1] == ["run"] and "start" in slot.calls and "restart" in slot.calls
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class LeakySlot(RecordingSlot):
+    """A slot whose snapshot quotes a key (a buggy slot, or a log line) in its message and warnings."""
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"state": "failed", "message": f"launch said {LEAKED} twice: {LEAKED}",
+                "warnings": [f'quoted "{LEAKED}"']}
+
+
+LEAKED = "sk-leaked-0123456789abcdef"
+
+
+def test_every_answer_is_masked_by_the_agents_redactor(temp_home: Path) -> None:
+    """The middleware masks what any route answers with every key the agent's Redactor knows."""
+    d = short_dir()
+    try:
+        agent = Agent(AgentConfig(socket_path=d / "a.sock"), gpu_probe=GpuProbe(FakeNvml({"devices": []})),
+                      vllm=LeakySlot(), prober=Prober([], interval_s=3600), redactor=Redactor([LEAKED]))
+
+        async def body(client: httpx.AsyncClient) -> None:
+            for path in ("/v1/vllm", "/v1/status"):
+                r = await client.get(path)
+                assert r.status_code == 200 and LEAKED not in r.text and "sk-...cdef" in r.text, r.text
+                assert int(r.headers["content-length"]) == len(r.content)
+            r = await client.post("/v1/vllm/start")
+            assert LEAKED not in r.text
+
+        run_agent_inproc(agent, body)
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -115,3 +115,45 @@ def test_diff_masks_keys(temp_home: Path) -> None:
     assert "conduit-gw" in text
     assert "sk-test-0123456789abcdef" not in text and "sk-...cdef" in text
     assert "conduit-gw" not in rows(temp_home / ".cc-switch" / "cc-switch.db")  # dry run wrote nothing
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_database_holding_the_key_and_its_wal_files_become_0600(temp_home: Path) -> None:
+    db = cc_switch_db(temp_home)
+    db.chmod(0o644)
+    app = sqlite3.connect(db)  # CC Switch running in WAL mode: -wal and -shm exist while it is open
+    try:
+        app.execute("PRAGMA journal_mode=WAL")
+        app.execute("UPDATE settings SET value = value WHERE key = 'common_config_claude'")
+        app.commit()
+        companions = [db.with_name(db.name + s) for s in ("-wal", "-shm")]
+        for p in companions:
+            p.chmod(0o644)
+        write_profile(temp_home, key_text="sk-test-0123456789abcdef", tools=("cc_switch",))
+        dry = run_sync(temp_home, dry_run=True).tools[0].results[0]
+        assert any("would tighten mode 0644 -> 0600 (cc-switch.db)" in n for n in dry.notices)
+        assert _mode(db) == 0o644
+        result = run_sync(temp_home).tools[0].results[0]
+        assert result.error is None
+        assert {n for n in result.notices if "tightened" in n} == {
+            "tightened mode 0644 -> 0600 (cc-switch.db)", "tightened mode 0644 -> 0600 (cc-switch.db-wal)",
+            "tightened mode 0644 -> 0600 (cc-switch.db-shm)"}
+        assert [_mode(p) for p in (db, *companions)] == [0o600, 0o600, 0o600]
+    finally:
+        app.close()
+    # SQLite gives a journal it creates later the database's mode: a rollback journal is 0600 too.
+    app = sqlite3.connect(db, isolation_level=None)
+    try:
+        assert app.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+        app.execute("BEGIN IMMEDIATE")
+        app.execute("CREATE TABLE conduit_test_journal (x)")
+        journal = db.with_name(db.name + "-journal")
+        assert journal.exists() and _mode(journal) == 0o600
+        app.execute("COMMIT")
+    finally:
+        app.close()
+    again = run_sync(temp_home).tools[0]
+    assert again.status == "unchanged" and not any("tighten" in n for r in again.results for n in r.notices)

@@ -86,14 +86,15 @@ def test_summarize_level_exact_on_synthetic_records() -> None:
     assert lv.ttft.n == 3 and lv.ttft.p50 == units.percentile([0.5, 0.25, 0.5], 50) == 0.5
     assert lv.ttft.mean == pytest.approx((0.5 + 0.25 + 0.5) / 3)
     assert lv.tpot.n == 2 and lv.tpot.p50 == 0.25 and lv.tpot.p99 == 0.25
-    assert lv.e2e.p90 == units.percentile([1.5, 2.5, 0.5], 90)
+    assert lv.e2e.p90 == units.percentile([1.5, 2.25, 0.5], 90)  # vLLM's e2el: last chunk - send
     # an explicit wall time overrides the derived one
     assert stats.summarize_level(2, results, wall_s=5.0).output_tokens_per_s == 3.0
 
 
 def test_summary_of_nothing_is_none() -> None:
     lv = stats.summarize_level(1, [_rec(0, 0.0, None, None, 1.0, 0, error=stats.ErrorKind.CONNECT)])
-    assert lv.ttft == stats.Summary(0, None, None, None, None)
+    assert lv.ttft == stats.Summary() and lv.ttft.n == 0
+    assert (lv.ttft.p50, lv.ttft.mean, lv.ttft.std) == (None, None, None)
     assert lv.output_tokens_per_s == 0.0 and lv.ok == 0
 
 
@@ -109,18 +110,20 @@ def test_openai_recorder_on_synthetic_timestamps() -> None:
         return {"choices": [{"index": 0, "delta": d}]}
 
     rec = _feed("openai", [
-        (1.5, delta({"role": "assistant", "content": ""})),  # not a token
+        (1.5, delta({"role": "assistant", "content": ""})),  # a chunk, as vLLM's bench counts it (TTFT)
         (2.0, delta({"content": "a"})),
         (2.5, delta({"content": None, "reasoning_content": "b"})),  # vLLM reasoning: a token
         (3.0, delta({"content": "c"})),
-        (3.25, {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
-        (3.5, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}),
+        (3.5, {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),  # a chunk too
+        (3.75, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}),  # not a chunk
         (4.0, "[DONE]"),
     ])
     r = rec.r
-    assert rec.done and (r.t_first, r.t_last, r.content_chunks) == (2.0, 3.0, 3)
+    assert rec.done and (r.t_first, r.t_last, r.chunks, r.content_chunks) == (1.5, 3.5, 5, 3)
+    assert r.itl == [0.5, 0.5, 0.5, 0.5]
     assert (r.usage_output_tokens, r.output_tokens, r.input_tokens) == (5, 5, 7)
-    assert r.ttft_s == 1.0 and r.tpot_s == 0.25  # (3.0 - 2.0) / (5 - 1)
+    assert r.ttft_s == 0.5 and r.tpot_s == 0.5  # (3.5 - 1.5) / (5 - 1)
+    assert r.e2e_s == 2.5  # vLLM's latency: the last chunk, not [DONE]
     without_usage = _feed("openai", [(2.0, delta({"content": "a"})), (3.0, delta({"content": "b"}))])
     assert not without_usage.done and without_usage.r.output_tokens == 2 and without_usage.r.tpot_s == 1.0
 
@@ -157,26 +160,40 @@ def test_recorder_stream_errors(protocol: str, event: object, needle: str) -> No
 # ---------------------------------------------------------------- saturation
 
 
-def test_saturation_first_level_growing_less_than_fraction() -> None:
+def test_saturation_is_the_knee_of_the_whole_curve() -> None:
     pts = [(1, 100.0), (2, 190.0), (4, 350.0), (8, 600.0), (16, 640.0), (32, 650.0), (64, 655.0)]
     sat = outputs.find_saturation(pts)
-    assert sat.concurrency == 16
-    assert sat.growth == pytest.approx(40 / 600)
-    assert sat.recommended_max_num_seqs == 16
-    assert "16" in sat.explanation
-    assert outputs.find_saturation(list(reversed(pts))).concurrency == 16  # sorted by concurrency
+    assert sat.concurrency == 8  # 655 <= 1.1 * 600: no later level adds more than 10 % over the best so far
+    assert sat.growth == pytest.approx(250 / 350)
+    assert sat.recommended_max_num_seqs == 8
+    assert "8" in sat.explanation and "655" in sat.explanation
+    assert outputs.find_saturation(list(reversed(pts))).concurrency == 8  # sorted by concurrency
+
+
+def test_saturation_a_slow_step_is_not_the_end_of_growth() -> None:
+    """The issue's sweep: 488, 509, 582, 1876 tok/s. A first-slow-step rule said 2; the curve says: still
+    growing at 8 (no advice), and one more flat level makes 8 the knee."""
+    pts = [(1, 488.0), (2, 509.0), (4, 582.0), (8, 1876.0)]
+    sat = outputs.find_saturation(pts)
+    assert sat.concurrency is None and sat.recommended_max_num_seqs is None
+    assert "still growing" in sat.explanation
+    assert outputs.find_saturation(pts + [(16, 1900.0)]).recommended_max_num_seqs == 8
+    assert outputs.knee(pts) == 3
 
 
 def test_saturation_boundary_and_fraction() -> None:
-    assert outputs.find_saturation([(1, 100.0), (2, 110.0), (4, 120.0)]).concurrency == 4  # +10% is still growth
-    assert outputs.find_saturation([(1, 100.0), (2, 190.0), (4, 250.0)], min_growth=0.5).concurrency == 4
+    # +10 % exactly is not "more than 10 %": 120 <= 1.1 * 110
+    assert outputs.find_saturation([(1, 100.0), (2, 110.0), (4, 120.0)]).concurrency == 2
+    # creeping growth: each step under 10 %, but 1 -> 4 is 21 %: the knee is where the rest stays within 10 %
+    assert outputs.find_saturation([(1, 100.0), (2, 105.0), (4, 110.0), (8, 115.0), (16, 121.0)]).concurrency == 4
+    assert outputs.find_saturation([(1, 100.0), (2, 190.0), (4, 250.0)], min_growth=0.5).concurrency == 2
     assert outputs.find_saturation([(1, 100.0), (2, 190.0), (4, 250.0)], min_growth=0.2).concurrency is None
 
 
 def test_saturation_when_throughput_falls_recommends_the_peak() -> None:
     sat = outputs.find_saturation([(1, 100.0), (2, 180.0), (4, 150.0)])
-    assert sat.concurrency == 4 and sat.recommended_max_num_seqs == 2
-    assert sat.growth == pytest.approx(-30 / 180)
+    assert sat.concurrency == 2 and sat.recommended_max_num_seqs == 2
+    assert sat.growth == pytest.approx(0.8)
 
 
 def test_no_saturation_and_degenerate_sweeps() -> None:

@@ -59,7 +59,8 @@ def test_installed_units_verify_and_point_at_this_conduit(temp_home: Path) -> No
 def test_unit_content_is_notify_restart_and_hardened() -> None:
     text = render_unit("conduit-sync.service", "/opt/conduit/bin/conduit")
     for line in ("Type=notify", "Restart=on-failure", "ExecStart=/opt/conduit/bin/conduit daemon",
-                 "NoNewPrivileges=yes", "ProtectSystem=strict", "StandardError=journal"):
+                 "NoNewPrivileges=yes", "ProtectSystem=strict", "StandardError=journal",
+                 "WatchdogSec=60s"):  # the loop pings WATCHDOG=1 while it progresses (test_daemon_faults.py)
         assert line in text.splitlines(), line
     rw = next(line for line in text.splitlines() if line.startswith("ReadWritePaths="))
     # Every tool's files live under HOME (Aider's directly in it), so HOME stays writable; the system does not.

@@ -10,6 +10,8 @@ Usage::
 Errors (translated at this boundary, habit 7)::
 
     httpx.TransportError, OSError   -> AgentUnreachable  (exit code 2; the socket path and how to start it)
+    a socket not the user's alone   -> UntrustedSocket   (exit code 2; ``conduit.daemon.agent.trust``: its
+                                       directory must be the user's with mode 0700, the socket the user's)
     HTTP 4xx/5xx with a JSON body   -> AgentError        (message and hint from the body; ``status`` kept)
     a body that is not JSON         -> AgentError
 
@@ -25,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from conduit.daemon.agent.trust import UntrustedSocket, check_socket
 from conduit.errors import AgentUnreachable, ConduitError
 
 
@@ -61,9 +64,12 @@ class AgentClient:
         """Send one request; return the JSON body (a dict) of a 2xx answer.
 
         Raises:
+            UntrustedSocket: the socket's directory is not the user's with mode 0700, or the socket is not the
+                user's (checked before every request: a planted agent is never asked anything).
             AgentUnreachable: the socket is missing, refuses, or times out.
             AgentError: any non-2xx answer, or a body that is not a JSON object.
         """
+        check_socket(self.socket_path)
         try:
             resp = self._client.request(method, path, params=params)
         except (self._httpx.TransportError, OSError) as exc:
@@ -101,3 +107,6 @@ class AgentClient:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+__all__ = ["AgentClient", "AgentError", "UntrustedSocket"]

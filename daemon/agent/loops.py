@@ -35,10 +35,11 @@ from conduit.daemon.agent.state import AgentConfig
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import load_profile
 from conduit.daemon.config.resolve import vllm_settings
+from conduit.daemon.config.vllm import VllmSettings
 from conduit.errors import ConduitError
+from conduit.redact import Redactor
 
 if TYPE_CHECKING:
-    from conduit.daemon.config.vllm import VllmSettings
     from conduit.daemon.vllm.supervisor import Supervisor
 
 log = logging.getLogger("conduit.agent")
@@ -66,6 +67,13 @@ class ProfileView:
     note: str | None
     valid: bool
     vllm: VllmSettings | ConduitError | None = None
+
+    def secrets(self) -> list[str]:
+        """Every key this read resolved: the channels' keys and ``[vllm].api_key`` (for the agent's Redactor)."""
+        keys = [t.key for t in self.targets if t.key]
+        if isinstance(self.vllm, VllmSettings) and self.vllm.api_key is not None:
+            keys.append(self.vllm.api_key.get_secret_value())
+        return keys
 
 
 def read_profile(path: str | None) -> ProfileView:
@@ -123,6 +131,7 @@ class Keeper:
             when the profile has a ``[vllm]`` table, and follows the profile.
         prober: a channel prober run as given (its targets are not taken from the profile), or None.
         vllm_factory: makes the supervisor from ``VllmSettings``.
+        redactor: taught every key each read of the profile resolves (it masks the agent's answers and log).
 
     Attributes read by the handlers: ``gpus``, ``host_body``, ``tools``, ``prober``, ``channels_note``,
     ``vllm`` (the slot or supervisor, or None), ``vllm_problem`` (why the profile's ``[vllm]`` cannot be
@@ -130,8 +139,9 @@ class Keeper:
     """
 
     def __init__(self, config: AgentConfig, gpu_probe: GpuProbe, vllm: Any, prober: Prober | None,
-                 vllm_factory: Callable[[VllmSettings], Supervisor]) -> None:
+                 vllm_factory: Callable[[VllmSettings], Supervisor], redactor: Redactor | None = None) -> None:
         self.config = config
+        self.redactor = redactor if redactor is not None else Redactor()
         self.gpu_probe = gpu_probe
         self.gpu_history = GpuHistory(window_s=config.gpu_window_s,
                                       maxlen=int(config.gpu_window_s / max(config.gpu_interval_s, 0.05)) + 1)
@@ -272,6 +282,7 @@ class Keeper:
         self._profile_sig = sig
         self._resolved_at = time.monotonic()
         view = await asyncio.to_thread(read_profile, self.config.profile_path)
+        self.redactor.add(view.secrets())
         if self.own_prober:
             before = {(t.channel, t.protocol): t for t in self.prober.targets()}
             self.prober.set_targets(view.targets, view.problems)

@@ -6,6 +6,12 @@ NVML call never delays an answer. The socket is claimed by ``conduit.daemon.agen
 (directory 0700, socket 0600, a lock against a second agent, a crashed agent's socket replaced), and every
 request's peer uid is checked here with ``SO_PEERCRED``: another uid gets ``403`` and the connection is closed.
 
+Nothing secret leaves: the agent holds one ``conduit.redact.Redactor`` taught every key the profile resolves
+(channel keys and ``[vllm].api_key``, at each read of the profile); every answer's body passes through it (in
+the middleware, whatever route made it), and so does every log line (``conduit.daemon.agent.logs``), and the
+supervisor it makes masks vLLM's log tails with it too. A malformed request is logged as one line, and a storm of
+them as one summary line per 10 s, never one traceback each.
+
 Limits: request line and each header at most 8190 bytes, at most 128 headers (aiohttp's parser answers 400
 and closes); a connection that has not sent a complete request within ``idle_timeout_s`` (default 10 s) is
 closed, which bounds slow ("one byte a second") clients; the open-files limit is raised to its hard limit.
@@ -52,6 +58,7 @@ from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, ValidationError
 
 from conduit.daemon.agent.gpu import GpuProbe, default_probe, memory_by_index
+from conduit.daemon.agent.logs import MALFORMED_INTERVAL_S, MalformedRequests, setup_logging
 from conduit.daemon.agent.loops import Keeper
 from conduit.daemon.agent.models import (
     AgentInfo,
@@ -81,7 +88,10 @@ from conduit.daemon.agent.unixsocket import (
     raise_nofile_limit,
 )
 from conduit.daemon.config import paths
+from conduit.daemon.config.redaction import REDACTOR
+from conduit.daemon.vllm.tree import become_subreaper
 from conduit.errors import ConduitError
+from conduit.redact import Redactor, redact_bytes
 from conduit.sdnotify import sd_notify
 
 if TYPE_CHECKING:
@@ -94,11 +104,16 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 VLLM_ACTION_WAIT_S = 30.0
 
 
-def _default_supervisor(settings: VllmSettings) -> Supervisor:
-    # Lazy for start-up speed: the supervisor (and what it imports) loads only for a profile with [vllm].
-    from conduit.daemon.vllm.supervisor import Supervisor
+def _supervisor_factory(redactor: Redactor) -> Callable[[VllmSettings], Supervisor]:
+    """Makes the agent's supervisor: the preflight reads GPUs through agent.gpu, log tails masked by ``redactor``."""
 
-    return Supervisor(settings, memory_probe=memory_by_index)  # the preflight reads GPUs through agent.gpu
+    def make(settings: VllmSettings) -> Supervisor:
+        # Lazy for start-up speed: the supervisor (and what it imports) loads only for a profile with [vllm].
+        from conduit.daemon.vllm.supervisor import Supervisor
+
+        return Supervisor(settings, memory_probe=memory_by_index, redactor=redactor)
+
+    return make
 
 
 def answer(body: BaseModel, status: int = 200) -> web.Response:
@@ -116,11 +131,26 @@ def _unknown_channel(name: str, known: list[str]) -> web.Response:
                                  hint=f"known channels: {', '.join(known) or '(none)'}", known=known), 404)
 
 
-def _guard(my_uid: int) -> Middleware:
-    """The middleware: refuse other uids (``SO_PEERCRED``), and turn aiohttp's 404/405 into ``ErrorBody``."""
+def _redacted(resp: web.StreamResponse, redactor: Redactor) -> web.StreamResponse:
+    """``resp`` with every secret ``redactor`` knows masked in its body (a plain ``web.Response``'s bytes)."""
+    if isinstance(resp, web.Response) and isinstance(resp.body, bytes):
+        secrets = redactor.secrets
+        if secrets:
+            body = redact_bytes(resp.body, secrets)
+            if body != resp.body:
+                resp.body = body
+    return resp
+
+
+def _guard(my_uid: int, redactor: Redactor) -> Middleware:
+    """The middleware: refuse other uids (``SO_PEERCRED``), turn aiohttp's 404/405 into ``ErrorBody``, and mask
+    every known secret in what is answered."""
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return _redacted(await _checked(request, handler), redactor)
+
+    async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
         sock = request.transport.get_extra_info("socket") if request.transport else None
         uid = peer_uid(sock) if sock is not None else None
         if uid is not None and uid != my_uid:
@@ -148,6 +178,8 @@ class Agent:
 
     Args:
         config: settings.
+        redactor: masks every answer's body (and the log, in ``run_agent``); taught the profile's keys at
+            each read. Default: a new one.
         gpu_probe: the NVML probe (default: real pynvml, or the fake named by ``$CONDUIT_FAKE_GPUS``).
         vllm: a vLLM slot run as given; None: a ``Supervisor`` made from the profile's ``[vllm]`` table when it
             has one, following the profile's changes (else ``{"state": "not_configured"}``).
@@ -163,11 +195,14 @@ class Agent:
 
     def __init__(self, config: AgentConfig | None = None, gpu_probe: GpuProbe | None = None,
                  vllm: VllmSlot | None = None, prober: Prober | None = None,
-                 vllm_factory: Callable[[VllmSettings], Supervisor] | None = None) -> None:
+                 vllm_factory: Callable[[VllmSettings], Supervisor] | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.config = config or AgentConfig()
         self.socket_path = Path(self.config.socket_path or paths.agent_socket_path())
+        self.redactor = redactor if redactor is not None else Redactor()
+        self.malformed: MalformedRequests | None = None  # the log's limiter, flushed while serving
         self.keeper = Keeper(self.config, gpu_probe or default_probe(), vllm, prober,
-                             vllm_factory or _default_supervisor)
+                             vllm_factory or _supervisor_factory(self.redactor), redactor=self.redactor)
         self.state = AgentState.STARTING
         self.started_at = time.time()
         self._t0 = time.monotonic()
@@ -270,7 +305,7 @@ class Agent:
         extra = set(handlers) - {(r.method, r.path) for r in ROUTES}
         if missing or extra:
             raise RuntimeError(f"routes and handlers differ: without a handler {missing}, undocumented {extra}")
-        app = web.Application(middlewares=[_guard(os.getuid())], client_max_size=64 * 1024)
+        app = web.Application(middlewares=[_guard(os.getuid(), self.redactor)], client_max_size=64 * 1024)
         for route in ROUTES:
             h = handlers[(route.method, route.path)]
             if route.method == "GET":
@@ -349,14 +384,25 @@ class Agent:
         self.start_loops()
         log.info("conduit agent listening on %s (pid %d)", self.socket_path, os.getpid())
         sd_notify("READY=1")  # conduit-agent.service is Type=notify
+        flusher = asyncio.create_task(self._flush_malformed(), name="malformed-log")
         try:
             await stop.wait()
         finally:
             sd_notify("STOPPING=1")
+            flusher.cancel()
+            if self.malformed is not None:
+                self.malformed.flush(force=True)
             await self.stop_loops()
             await runner.cleanup()
             claimed.release()
             self._set_state(AgentState.STOPPED)
+
+    async def _flush_malformed(self) -> None:
+        """Write the malformed-request summary once per interval while a storm lasts."""
+        while True:
+            await asyncio.sleep(self.malformed.interval_s if self.malformed else MALFORMED_INTERVAL_S)
+            if self.malformed is not None:
+                self.malformed.flush()
 
 
 def run_agent(config: AgentConfig | None = None, vllm: VllmSlot | None = None) -> int:
@@ -366,12 +412,12 @@ def run_agent(config: AgentConfig | None = None, vllm: VllmSlot | None = None) -
         AgentAlreadyRunning, ConduitError: see ``claim_socket``.
     """
     config = config or AgentConfig()
-    logging.basicConfig(level=os.environ.get("CONDUIT_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s conduit-agent %(levelname)s %(message)s")
-    # httpx logs every health/metrics poll at INFO (tens of thousands of lines a day): keep only its warnings.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    redactor = REDACTOR  # the process's one Redactor: key sources register every key they read in it too
+    malformed = setup_logging(redactor, os.environ.get("CONDUIT_LOG_LEVEL", "INFO"))
     raise_nofile_limit()
-    agent = Agent(config, vllm=vllm)
+    become_subreaper()  # what a vLLM launch leaves behind re-parents to the agent, not to init
+    agent = Agent(config, vllm=vllm, redactor=redactor)
+    agent.malformed = malformed
     claimed = claim_socket(agent.socket_path)
 
     async def main() -> None:

@@ -1,5 +1,5 @@
 """The two streaming wire protocols: where a request goes, what it carries, and how its SSE events fill a
-``RequestResult``. No network here: ``consume_sse`` reads lines from whatever yields them.
+``RequestResult``. No network here: ``SSEBuffer`` splits whatever bytes arrive into events.
 
 Sources: OpenAI chat-completions streaming reference; Anthropic Messages streaming reference; vLLM's
 OpenAI-compatible server for ``ignore_eos`` and ``stream_options``.
@@ -18,8 +18,7 @@ The API key is sent in headers only; ``Endpoint``'s repr shows its ``fingerprint
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import AsyncIterable
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +28,7 @@ from conduit.errors import ConduitError
 from conduit.redact import fingerprint
 
 ANTHROPIC_VERSION = "2023-06-01"
+_VERSION_TAIL = re.compile(r"/v[0-9]+$")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,12 @@ class Endpoint:
         if self.auth is not None:
             return self.auth
         return "x-api-key" if self.protocol == "anthropic" else "bearer"
+
+    @property
+    def root(self) -> str:
+        """The server's root: the base URL without a trailing ``/v<N>`` (where vLLM serves ``/tokenize`` and
+        ``/metrics``)."""
+        return _VERSION_TAIL.sub("", self.base_url)
 
     @property
     def url(self) -> str:
@@ -127,12 +133,15 @@ def _error_message(err: Any) -> str:
 
 class StreamRecorder:
     """Accumulates one response's SSE events into a ``RequestResult``; no I/O, so it is tested on synthetic
-    event lists with chosen timestamps.
+    event lists with chosen timestamps. Chunks, TTFT and ITL as ``conduit.daemon.bench.stats`` defines them
+    (``vllm bench serve``'s definitions).
 
     Attributes:
-        r: the record being filled (t_first, t_last, content_chunks, usage_output_tokens, input_tokens).
+        r: the record being filled (t_first, t_last, chunks, itl, content_chunks, usage and input tokens).
         done: the terminator (``[DONE]`` / ``message_stop``) was seen; ``t_done`` when (perf_counter s).
     """
+
+    __slots__ = ("r", "protocol", "done", "t_done")
 
     def __init__(self, result: RequestResult, protocol: Protocol_) -> None:
         self.r = result
@@ -140,13 +149,18 @@ class StreamRecorder:
         self.done = False
         self.t_done: float | None = None
 
-    def token(self, text: Any, now: float) -> None:
-        """Count a content delta received at ``now`` (perf_counter seconds) when ``text`` is a non-empty str."""
-        if isinstance(text, str) and text:
-            if self.r.t_first is None:
-                self.r.t_first = now
-            self.r.t_last = now
-            self.r.content_chunks += 1
+    def chunk(self, text: Any, now: float) -> None:
+        """Record a chunk received at ``now`` (perf_counter s); ``text`` is its content (a token when a
+        non-empty str)."""
+        r = self.r
+        if r.t_last is None:
+            r.t_first = now
+        else:
+            r.itl.append(now - r.t_last)
+        r.t_last = now
+        r.chunks += 1
+        if text and isinstance(text, str):
+            r.content_chunks += 1
 
     def event(self, data: str, now: float) -> None:
         """Apply one SSE event's data (the ``data:`` lines joined) received at ``now``.
@@ -169,18 +183,19 @@ class StreamRecorder:
         return obj
 
     def _openai(self, data: str, now: float) -> None:
-        if data.strip() == "[DONE]":
+        if data == "[DONE]" or data.strip() == "[DONE]":
             self.done, self.t_done = True, now
             return
         obj = self._load(data)
-        if obj.get("error"):
-            raise StreamError(_error_message(obj["error"]))
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta") or {}
+        choices = obj.get("choices")
+        if choices:
+            delta = choices[0].get("delta") or {}
             # vLLM streams reasoning models' thinking as reasoning_content / reasoning: tokens all the same.
-            self.token(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"), now)
+            self.chunk(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"), now)
+        elif obj.get("error"):
+            raise StreamError(_error_message(obj["error"]))
         usage = obj.get("usage")
-        if isinstance(usage, dict):
+        if usage and isinstance(usage, dict):
             if isinstance(usage.get("completion_tokens"), int):
                 self.r.usage_output_tokens = usage["completion_tokens"]
             if isinstance(usage.get("prompt_tokens"), int):
@@ -191,7 +206,7 @@ class StreamRecorder:
         kind = obj.get("type")
         if kind == "content_block_delta":
             delta = obj.get("delta") or {}
-            self.token(delta.get("text") or delta.get("thinking") or delta.get("partial_json"), now)
+            self.chunk(delta.get("text") or delta.get("thinking") or delta.get("partial_json"), now)
         elif kind == "message_delta":
             usage = obj.get("usage") or {}
             if isinstance(usage.get("output_tokens"), int):
@@ -206,27 +221,69 @@ class StreamRecorder:
             raise StreamError(_error_message(obj.get("error") or {}))
 
 
-async def consume_sse(lines: AsyncIterable[str], rec: StreamRecorder) -> None:
-    """Read SSE ``lines`` (without line endings) to their end, feeding ``rec`` one event at a time, each
-    stamped with ``time.perf_counter()`` as it completes.
+class SSEBuffer:
+    """Splits a response body, fed as it arrives in byte chunks of any size, into SSE events' data.
 
-    The caller passes the whole body (``httpx.Response.aiter_lines()``): reading past the terminator to the
-    end (servers end the body right after) lets httpx keep the connection alive for the next request;
-    leaving early would close it and make every request reconnect.
-
-    Raises:
-        StreamError: from ``rec.event``.
+    An event ends at a blank line (``\\n\\n``; ``\\r\\n`` line ends are normalised); its data is its ``data:``
+    lines joined with ``\\n`` (one leading space after the colon removed). Events without data (comments,
+    ``event:``-only) yield nothing: the JSON ``type`` names Anthropic's events. UTF-8 split across chunks is
+    decoded incrementally.
     """
-    data: list[str] = []
-    async for line in lines:
-        if line == "":
-            if data:
-                rec.event("\n".join(data), time.perf_counter())
-                data.clear()
-            continue
+
+    __slots__ = ("_buf", "_tail", "_cr")
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._tail = b""
+        self._cr = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The data of every event completed by ``chunk``."""
+        if self._tail:
+            chunk, self._tail = self._tail + chunk, b""
+        try:
+            text = chunk.decode()
+        except UnicodeDecodeError:  # a multi-byte character split across chunks: keep its start for later
+            cut = _utf8_cut(chunk)
+            text, self._tail = chunk[:cut].decode("utf-8", "replace"), chunk[cut:]
+        if self._cr:  # a "\r" held back from the previous chunk
+            text, self._cr = "\r" + text, False
+        if text.endswith("\r"):  # maybe half of a "\r\n": wait for the next chunk
+            text, self._cr = text[:-1], True
+        if "\r" in text:
+            text = text.replace("\r\n", "\n")
+        buf = self._buf + text
+        if "\n\n" not in buf:
+            self._buf = buf
+            return []
+        *events, self._buf = buf.split("\n\n")
+        return [d for e in events if (d := _data_of(e)) is not None]
+
+    def close(self) -> list[str]:
+        """The data of an event left unterminated at the end of the body (servers may omit the last blank line)."""
+        rest, self._buf = self._buf, ""
+        d = _data_of(rest) if rest.strip() else None
+        return [] if d is None else [d]
+
+
+def _utf8_cut(b: bytes) -> int:
+    """Where the trailing incomplete UTF-8 sequence of ``b`` starts (len(b) when there is none)."""
+    for back in range(1, min(4, len(b)) + 1):
+        byte = b[-back]
+        if byte & 0xC0 != 0x80:  # a lead byte (or ASCII)
+            need = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
+            return len(b) - back if need > back else len(b)
+    return len(b)
+
+
+def _data_of(event: str) -> str | None:
+    """The data of one SSE event (its ``data:`` lines joined), or None when it has none."""
+    if event.startswith("data: ") and "\n" not in event:  # the usual one-line event: fast path
+        return event[6:]
+    data = []
+    for line in event.split("\n"):
         if line.startswith("data:"):
             value = line[5:]
             data.append(value[1:] if value.startswith(" ") else value)
-        # event:, id:, retry: and comments (":...") carry nothing we need: the JSON "type" names the event.
-    if data:
-        rec.event("\n".join(data), time.perf_counter())
+        # event:, id:, retry: and comments (":...") carry nothing we need
+    return "\n".join(data) if data else None

@@ -182,8 +182,13 @@ def agent_cmd(
 def status_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the agent's /v1/status JSON."),
     socket: Path = SocketOpt,
+    watch: bool = typer.Option(False, "--watch", help="A live view, redrawn every second; q or Ctrl-C quits."),
 ) -> int:
     """Show channels, GPUs, vLLM and tools as the agent sees them. Exit 2 when the agent does not answer."""
+    if watch:  # rich Live and the view load only here
+        from conduit.daemon.cli import watch as live_view
+
+        return live_view.run(socket, with_json=as_json)
     from conduit.daemon.agent.client import AgentClient
 
     with AgentClient(socket) as client:

@@ -1,8 +1,11 @@
-"""``conduit bench``: a streaming load test with a concurrency sweep (the work is in ``conduit.daemon.bench``).
+"""``conduit bench``: a streaming load test, a closed-loop concurrency sweep or open-loop request rates (the
+work is in ``conduit.daemon.bench``; the open-loop options are ``vllm bench serve``'s).
 
 Examples::
 
     conduit bench --base-url http://127.0.0.1:8000/v1 --model qwen --ignore-eos --concurrency 1,2,4,8
+    conduit bench --base-url http://127.0.0.1:8000/v1 --model qwen --request-rate 2,4,8 --max-concurrency 16 \\
+        --goodput ttft:500,tpot:50 --dataset jsonl:sharegpt.json --save-result out.jsonl
     conduit bench --base-url https://gw.example/api --protocol anthropic --model m --key-env GW_KEY --json out.json
 
 Exit codes: 0 when the sweep ran (per-level errors are reported, not fatal), 1 when no request succeeded,
@@ -12,9 +15,10 @@ Exit codes: 0 when the sweep ran (per-level errors are reported, not fatal), 1 w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,15 +26,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from conduit.adapters.base import AuthStyle, Protocol_
-from conduit.daemon.bench import outputs, target
-from conduit.daemon.bench.arrivals import parse_levels
+from conduit.daemon.bench import outputs, resultfile, target
+from conduit.daemon.bench.arrivals import DEFAULT_LEVELS, parse_levels, parse_rates
 from conduit.daemon.bench.outputs import SweepResult
 from conduit.daemon.bench.prompts import PromptSource
 from conduit.daemon.bench.runner import BenchConfig, run_sweep
-from conduit.daemon.bench.stats import LevelStats, RequestResult
+from conduit.daemon.bench.stats import LevelStats, RequestResult, parse_percentiles, parse_slos
 from conduit.daemon.bench.wire import Endpoint
 from conduit.daemon.cli.app import app, state
 from conduit.units import parse_duration
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,10 +51,10 @@ class BenchOptions:
     key_file: Path | None
     auth: str | None
     requests: int
-    concurrency: str
+    concurrency: str | None
     prompt_tokens: int | None
     prompts: Path | None
-    max_tokens: int
+    max_tokens: int | None
     ignore_eos: bool
     stream_usage: bool
     min_growth: float
@@ -56,6 +62,15 @@ class BenchOptions:
     json_path: Path | None
     csv_path: Path | None
     plot_path: Path | None
+    request_rate: str | None = None
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    goodput: str | None = None
+    dataset: str | None = None
+    percentiles: str = "50,90,99"
+    save_result: Path | None = None
+    seed: int = 0
+    server_check: bool = True
 
 
 def _check(o: BenchOptions) -> None:
@@ -72,13 +87,26 @@ def _check(o: BenchOptions) -> None:
         raise typer.BadParameter("give one of --channel and --base-url", param_hint="--channel")
     if not o.channel and not o.base_url:
         raise typer.BadParameter("give --base-url (or --channel)", param_hint="--base-url")
+    if o.request_rate is not None and o.concurrency is not None:
+        raise typer.BadParameter("--concurrency is the closed loop; with --request-rate cap the requests in "
+                                 "flight with --max-concurrency", param_hint="--concurrency")
+    if o.request_rate is None and (o.max_concurrency is not None or o.burstiness != 1.0):
+        raise typer.BadParameter("--max-concurrency and --burstiness shape open-loop arrivals: give --request-rate "
+                                 "too (for a closed loop use --concurrency N)", param_hint="--request-rate")
+    if o.dataset is not None and (o.prompts is not None or o.prompt_tokens is not None):
+        raise typer.BadParameter("give one of --dataset, --prompts and --prompt-tokens", param_hint="--dataset")
+
+
+def _parsed(parse: Callable[[str], T], text: str, hint: str, example: str) -> T:
+    """``parse(text)``, a ValueError becoming a usage error naming the option."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}; expected e.g. {example}", param_hint=hint) from None
 
 
 def _levels(text: str) -> tuple[int, ...]:
-    try:
-        return parse_levels(text)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{exc}; expected e.g. 1,2,4,8", param_hint="--concurrency") from None
+    return _parsed(parse_levels, text, "--concurrency", "1,2,4,8")
 
 
 def _endpoint(o: BenchOptions) -> tuple[Endpoint, str]:
@@ -103,20 +131,26 @@ def build_config(o: BenchOptions) -> BenchConfig:
             a setting is refused, or ``--plot`` lacks matplotlib (checked before minutes of sweeping).
     """
     _check(o)
-    levels = _levels(o.concurrency)
+    levels = _levels(o.concurrency) if o.concurrency is not None else DEFAULT_LEVELS
+    rates = _parsed(parse_rates, o.request_rate, "--request-rate", "4 or 1,2,4,inf") if o.request_rate else ()
+    slos = _parsed(parse_slos, o.goodput, "--goodput", "ttft:500,tpot:50") if o.goodput else None
+    pcts = _parsed(parse_percentiles, o.percentiles, "--percentiles", "50,90,99")
     timeout_s = parse_duration(o.timeout, option="--timeout")
     if o.plot_path is not None:
         outputs.require_plotting()
     endpoint, model = _endpoint(o)
-    return BenchConfig(endpoint=endpoint, model=model, prompts=PromptSource.choose(o.prompt_tokens, o.prompts),
-                       requests=o.requests, concurrency=levels, max_tokens=o.max_tokens, ignore_eos=o.ignore_eos,
-                       stream_usage=o.stream_usage, timeout_s=timeout_s, min_growth=o.min_growth)
+    prompts = PromptSource.choose(o.prompt_tokens, o.prompts, o.dataset, o.seed)
+    return BenchConfig(endpoint=endpoint, model=model, prompts=prompts, requests=o.requests, concurrency=levels,
+                       max_tokens=o.max_tokens or 128, ignore_eos=o.ignore_eos, stream_usage=o.stream_usage,
+                       timeout_s=timeout_s, min_growth=o.min_growth, request_rates=rates, burstiness=o.burstiness,
+                       max_concurrency=o.max_concurrency, slos=slos, percentiles=pcts, seed=o.seed,
+                       check_server=o.server_check, fixed_output_len=o.max_tokens is not None or not o.dataset)
 
 
 def render_table(sweep: SweepResult) -> Table:
     """One row per level: requests, TTFT/TPOT/e2e p50/p90/p99 (ms), output tokens/s, requests/s, errors."""
     t = Table(title=f"conduit bench: {sweep.config.get('model', '')}")
-    for col in outputs.TABLE_COLUMNS:
+    for col in outputs.table_columns(sweep):
         if col == "errors":
             t.add_column(col, overflow="fold")
         else:
@@ -133,63 +167,98 @@ def run_bench(o: BenchOptions) -> int:
     """
     cfg = build_config(o)
     out, err = Console(), Console(stderr=True)
-    for warning in target.url_warnings(cfg.endpoint) + target.level_warnings(cfg.requests, cfg.concurrency):
-        err.print(f"[yellow]warning:[/] {warning}")
-    err.print(f"bench {cfg.endpoint.url} model {cfg.model!r}, {cfg.requests} requests x {len(cfg.concurrency)} "
-              f"levels, prompts {cfg.prompts.describe()}, max_tokens {cfg.max_tokens}")
+    warnings = target.url_warnings(cfg.endpoint)
+    if not cfg.open_loop:
+        warnings += target.level_warnings(cfg.requests, cfg.concurrency)
+    for warning in warnings:
+        err.print(f"[yellow]warning:[/] {warning}", markup=True, highlight=False)
+    err.print(f"bench {cfg.endpoint.url} model {cfg.model!r}, {cfg.requests} requests x {cfg.level_count} "
+              f"levels, prompts {cfg.prompts.describe()}, max_tokens {cfg.max_tokens}", markup=False)
     sweep = _run_with_progress(cfg, err)
     out.print(render_table(sweep))
     for line in outputs.report_lines(sweep):
         out.print(line, markup=False, highlight=False)
     outputs.write_outputs(sweep, json_path=o.json_path, csv_path=o.csv_path, plot_path=o.plot_path,
                           on_written=lambda path: err.print(f"wrote {path}"))
+    if o.save_result is not None:
+        resultfile.write_result(o.save_result, sweep.levels, sweep.config, cfg.percentiles)
+        err.print(f"wrote {o.save_result}")
     if sweep.total_ok == 0:
         err.print("error: no request succeeded (see the errors above)")
         return 1
     return 0
 
 
+_Opt = typer.Option
+
+
 @app.command()
 def bench(
-    base_url: Annotated[str | None, typer.Option(help="OpenAI: <root>/v1; Anthropic: the root.")] = None,
-    protocol: Annotated[str, typer.Option(help="openai or anthropic.")] = "openai",
-    model: Annotated[str | None, typer.Option(help="Model id as the server names it.")] = None,
-    channel: Annotated[str | None, typer.Option(help="Use a channel from the profile.")] = None,
-    key_env: Annotated[str | None, typer.Option(help="Read the API key from this environment variable.")] = None,
-    key_file: Annotated[Path | None, typer.Option(help="Read the API key from this file.")] = None,
-    auth: Annotated[str | None, typer.Option(help="bearer or x-api-key (default: bearer for openai, "
-                                                  "x-api-key for anthropic).")] = None,
-    requests: Annotated[int, typer.Option(help="Requests per concurrency level.")] = 100,
-    concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,2,4,8,16,32,64",
-    prompt_tokens: Annotated[int | None, typer.Option(help="Synthetic prompt length in tokens (about).")] = None,
-    prompts: Annotated[Path | None, typer.Option(help="Prompts file: one per line, or JSON Lines.")] = None,
-    max_tokens: Annotated[int, typer.Option(help="max_tokens of every request.")] = 128,
-    ignore_eos: Annotated[bool, typer.Option(help="Send ignore_eos (vLLM, openai protocol).")] = False,
-    stream_usage: Annotated[bool, typer.Option(help="Ask for the final usage chunk (openai).")] = True,
-    min_growth: Annotated[float, typer.Option(help="Saturation: throughput growth fraction per level.")] = 0.10,
-    timeout: Annotated[str, typer.Option(help="How long to wait for any read before a timeout error "
-                                              "(seconds, or 90s, 2m).")] = "120",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write results as JSON here.")] = None,
-    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write one row per level as CSV here.")] = None,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="Draw a PNG (needs the plot extra).")] = None,
+    base_url: Annotated[str | None, _Opt(help="OpenAI: <root>/v1; Anthropic: the root.")] = None,
+    protocol: Annotated[str, _Opt(help="openai or anthropic.")] = "openai",
+    model: Annotated[str | None, _Opt(help="Model id as the server names it.")] = None,
+    channel: Annotated[str | None, _Opt(help="Use a channel from the profile.")] = None,
+    key_env: Annotated[str | None, _Opt(help="Read the API key from this environment variable.")] = None,
+    key_file: Annotated[Path | None, _Opt(help="Read the API key from this file.")] = None,
+    auth: Annotated[str | None, _Opt(help="bearer or x-api-key (default: bearer for openai, x-api-key for "
+                                          "anthropic).")] = None,
+    requests: Annotated[int, _Opt("--requests", "--num-prompts", help="Requests per level.")] = 100,
+    concurrency: Annotated[str | None, _Opt(help="Closed-loop levels, comma-separated "
+                                                 "(default 1,2,4,8,16,32,64).")] = None,
+    request_rate: Annotated[str | None, _Opt(help="Open loop: requests/s, or several comma-separated; "
+                                                  "inf = all at once (vllm bench serve).")] = None,
+    burstiness: Annotated[float, _Opt(help="Open loop: gamma shape of the gaps; 1 = Poisson.")] = 1.0,
+    max_concurrency: Annotated[int | None, _Opt(help="Open loop: at most this many requests in flight.")] = None,
+    goodput: Annotated[str | None, _Opt(help="SLOs in ms, e.g. ttft:500,tpot:50 (also e2el): requests meeting "
+                                             "all, per second.")] = None,
+    dataset: Annotated[str | None, _Opt(help="random, or jsonl:PATH (ShareGPT conversations).")] = None,
+    prompt_tokens: Annotated[int | None, _Opt("--prompt-tokens", "--input-len",
+                                              help="Synthetic prompt length in the server's tokens.")] = None,
+    prompts: Annotated[Path | None, _Opt(help="Prompts file: one per line, or JSON Lines.")] = None,
+    max_tokens: Annotated[int | None, _Opt("--max-tokens", "--output-len",
+                                           help="max_tokens of every request (default 128; a dataset: its "
+                                                "reference answer's length).")] = None,
+    ignore_eos: Annotated[bool, _Opt(help="Send ignore_eos (vLLM, openai protocol).")] = False,
+    stream_usage: Annotated[bool, _Opt(help="Ask for the final usage chunk (openai).")] = True,
+    min_growth: Annotated[float, _Opt(help="Saturation: the growth fraction a later level must beat.")] = 0.10,
+    percentiles: Annotated[str, _Opt(help="Percentiles to report, e.g. 50,90,99.")] = "50,90,99",
+    seed: Annotated[int, _Opt(help="Seed of the arrival gaps and the dataset's order.")] = 0,
+    server_check: Annotated[bool, _Opt(help="Read the server's /metrics around each level.")] = True,
+    timeout: Annotated[str, _Opt(help="How long to wait for any read before a timeout error "
+                                      "(seconds, or 90s, 2m).")] = "120",
+    json_path: Annotated[Path | None, _Opt("--json", help="Write results as JSON here.")] = None,
+    csv_path: Annotated[Path | None, _Opt("--csv", help="Write one row per level as CSV here.")] = None,
+    plot_path: Annotated[Path | None, _Opt("--plot", help="Draw a PNG (needs the plot extra).")] = None,
+    save_result: Annotated[Path | None, _Opt(help="Write vllm bench serve's result fields, one JSON line "
+                                                  "per level.")] = None,
 ) -> None:
-    """Load-test a channel with streaming requests over a concurrency sweep; find the saturation point."""
+    """Load-test a channel with streaming requests over levels (concurrency or request rate); find the
+    saturation point."""
     code = run_bench(BenchOptions(
         base_url=base_url, protocol=protocol, model=model, channel=channel, key_env=key_env, key_file=key_file,
         auth=auth, requests=requests, concurrency=concurrency, prompt_tokens=prompt_tokens, prompts=prompts,
         max_tokens=max_tokens, ignore_eos=ignore_eos, stream_usage=stream_usage, min_growth=min_growth,
-        timeout=timeout, json_path=json_path, csv_path=csv_path, plot_path=plot_path))
+        timeout=timeout, json_path=json_path, csv_path=csv_path, plot_path=plot_path, request_rate=request_rate,
+        burstiness=burstiness, max_concurrency=max_concurrency, goodput=goodput, dataset=dataset,
+        percentiles=percentiles, save_result=save_result, seed=seed, server_check=server_check))
     if code:
         raise typer.Exit(code)
 
 
+def _level_name(cfg: BenchConfig, n: int) -> str:
+    if cfg.open_loop:
+        r = cfg.request_rates[n]
+        return "rate inf" if r == float("inf") else f"rate {r:g}/s"
+    return f"concurrency {cfg.concurrency[n]}"
+
+
 def _run_with_progress(cfg: BenchConfig, err: Console) -> SweepResult:
-    """Run the sweep under a rich progress bar on stderr."""
-    total = cfg.requests * len(cfg.concurrency)
+    """Run the sweep under a rich progress bar on stderr; prompt-sizing warnings are printed above it."""
+    total = cfg.requests * cfg.level_count
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[errs]}"), console=err) as progress:
-        task = progress.add_task(f"concurrency {cfg.concurrency[0]}", total=total, errs="")
-        errors = 0
+        task = progress.add_task(_level_name(cfg, 0), total=total, errs="")
+        errors, done = 0, 0
 
         def on_result(r: RequestResult) -> None:
             nonlocal errors
@@ -197,8 +266,12 @@ def _run_with_progress(cfg: BenchConfig, err: Console) -> SweepResult:
             progress.update(task, advance=1, errs=f"errors {errors}" if errors else "")
 
         def on_level(lv: LevelStats) -> None:
-            i = cfg.concurrency.index(lv.concurrency)
-            if i + 1 < len(cfg.concurrency):
-                progress.update(task, description=f"concurrency {cfg.concurrency[i + 1]}")
+            nonlocal done
+            done += 1
+            if done < cfg.level_count:
+                progress.update(task, description=_level_name(cfg, done))
 
-        return asyncio.run(run_sweep(cfg, on_result=on_result, on_level=on_level))
+        def on_warning(text: str) -> None:
+            progress.console.print(f"[yellow]warning:[/] {text}", highlight=False)
+
+        return asyncio.run(run_sweep(cfg, on_result=on_result, on_level=on_level, on_warning=on_warning))

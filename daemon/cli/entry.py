@@ -4,7 +4,9 @@ Scripts call ``conduit status --json`` in loops, so it must start about as fast 
 CLI imports typer, rich, pydantic and httpx (hundreds of ms); this path uses only the standard library
 (one HTTP/1.1 request over ``AF_UNIX``) for the one request it makes, and prints exactly what the full command prints
 (the agent's ``/v1/status`` JSON). Anything else, and any failure, goes to the full CLI, which owns every error
-message, so both paths answer identically.
+message, so both paths answer identically. A socket the client must not trust (``conduit.daemon.agent.trust``:
+its directory not the user's with mode 0700, or the socket not the user's) is never connected to here: the full
+CLI refuses it with the reason.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import os
 import socket
 import sys
+
+from conduit.daemon.agent.trust import socket_problem
 
 
 def _socket_path(argv: list[str]) -> str | None:
@@ -39,8 +43,11 @@ def fast_status(path: str, timeout_s: float = 5.0) -> bytes | None:
     read-to-close) body, else None, and the caller falls back to the full CLI.
 
     One request with ``Connection: close``; anything unexpected (another status, chunked encoding, a socket
-    error) returns None rather than being interpreted here.
+    error, a socket that ``conduit.daemon.agent.trust.socket_problem`` refuses) returns None rather than being
+    interpreted here.
     """
+    if socket_problem(path) is not None:
+        return None
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)

@@ -16,9 +16,10 @@ from typing import Annotated
 import typer
 
 from conduit.daemon.cli.app import app
+from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.secrets import key_list, key_rm, key_set, looks_like_key
-from conduit.daemon.config.sources import KEY_FILE_MAX_BYTES
 from conduit.errors import KeyError_
+from conduit.fileio import KEY_MAX_BYTES
 
 key_app = typer.Typer(
     name="key",
@@ -30,20 +31,23 @@ app.add_typer(key_app, name="key")
 
 def read_key_input(name: str) -> str:
     """The key as the person gives it: all of stdin when it is not a terminal (at most
-    ``KEY_FILE_MAX_BYTES`` bytes), else one line from a no-echo prompt on the terminal.
+    ``KEY_MAX_BYTES`` bytes), else one line from a no-echo prompt on the terminal.
 
     Raises:
-        KeyError_: stdin holds more than ``KEY_FILE_MAX_BYTES`` bytes.
+        KeyError_: stdin holds more than ``KEY_MAX_BYTES`` bytes.
     """
     if sys.stdin is None or not sys.stdin.isatty():
-        data = sys.stdin.buffer.read(KEY_FILE_MAX_BYTES + 1) if sys.stdin is not None else b""
-        if len(data) > KEY_FILE_MAX_BYTES:
+        data = sys.stdin.buffer.read(KEY_MAX_BYTES + 1) if sys.stdin is not None else b""
+        if len(data) > KEY_MAX_BYTES:
             raise KeyError_(
-                f"standard input holds more than {KEY_FILE_MAX_BYTES} bytes; a key is one line",
+                f"standard input holds more than {KEY_MAX_BYTES} bytes; a key is one line",
                 hint=f"give only the key: `conduit key set {name} < KEYFILE`",
             )
-        return data.decode("utf-8", errors="replace")
-    return getpass.getpass(f"key for `{name}` (input hidden): ")
+        text = data.decode("utf-8", errors="replace")
+    else:
+        text = getpass.getpass(f"key for `{name}` (input hidden): ")
+    REDACTOR.add([text, text.strip()])  # masked in any error this run prints (conduit.daemon.cli.main)
+    return text
 
 
 @key_app.command("set")

@@ -168,6 +168,8 @@ def render(result: Mapping[str, Any], console: Console) -> None:
 @app.command("plan")
 def plan_command(
     model: str | None = typer.Argument(None, help="Model directory, or org/name in the local Hugging Face cache."),
+    device: str | None = typer.Option(
+        None, "--device", help="gpu (default) or cpu: vLLM's CUDA or CPU build (cpu needs --cpu-kv-space)."),
     gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="GPU memory total, e.g. 80GiB (default: NVML)."),
     cpu_kv_space: str | None = typer.Option(
         None, "--cpu-kv-space", help="vLLM CPU build: VLLM_CPU_KVCACHE_SPACE as a size, e.g. 1GiB (the KV budget)."),
@@ -186,6 +188,7 @@ def plan_command(
 ) -> None:
     """Work out vLLM's memory ledger: weights, KV cache per token, capacity, concurrency, and a verdict."""
     settings: dict[str, Any] = {
+        "device": _device(device, gpu_memory, cpu_kv_space),
         "gpu_memory_bytes": _size(gpu_memory, "--gpu-memory"),
         "cpu_kvcache_space_bytes": _size(cpu_kv_space, "--cpu-kv-space"),
         "kv_cache_memory_bytes": _size(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),
@@ -204,6 +207,27 @@ def plan_command(
         render(result, Console())
     if result["ledger"] and result["ledger"]["verdict"] == Verdict.DOES_NOT_FIT.value:
         raise typer.Exit(1)
+
+
+def _device(device: str | None, gpu_memory: str | None, cpu_kv_space: str | None) -> str | None:
+    """``--device`` checked against the build-specific sizes: ``gpu``, ``cpu`` or None (implied: ``cpu`` when
+    ``--cpu-kv-space`` is given, else ``gpu``).
+
+    Raises:
+        PlanArgumentError: not gpu/cpu, ``--device gpu`` with ``--cpu-kv-space``, or ``--device cpu`` with
+            ``--gpu-memory`` (exit code 3).
+    """
+    if device is None:
+        return None
+    d = device.strip().lower()
+    if d not in ("gpu", "cpu"):
+        raise PlanArgumentError(f"--device: must be gpu or cpu, got {device!r}")
+    if d == "gpu" and cpu_kv_space is not None:
+        raise PlanArgumentError("--cpu-kv-space is the CPU build's KV budget", hint="drop it, or use --device cpu")
+    if d == "cpu" and gpu_memory is not None:
+        raise PlanArgumentError("--gpu-memory is the GPU's size; the CPU build's KV budget is --cpu-kv-space",
+                                hint="use --device cpu --cpu-kv-space SIZE (VLLM_CPU_KVCACHE_SPACE)")
+    return d
 
 
 def _size(text: str | None, option: str) -> int | None:

@@ -1,4 +1,9 @@
-"""CLI: ``conduit init | sync | doctor | use | restore`` (thin: parse, call, print, return an exit code)."""
+"""CLI: ``conduit init | sync | doctor | use | restore`` (thin: parse, call, print, return an exit code).
+
+What ``sync`` and ``doctor`` print (``--json`` included) and the state file a plain ``sync`` writes pass through
+the config layer's ``REDACTOR`` (``conduit.daemon.config.redaction``): every key resolved in this run is shown
+as its fingerprint only.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from conduit.daemon.cli.app import app, state
 from conduit.daemon.config import paths
 from conduit.daemon.config.edit import use_model
 from conduit.daemon.config.profile import did_you_mean, load_profile
+from conduit.daemon.config.redaction import REDACTOR, redact_data
 from conduit.daemon.sync.doctor import doctor as build_doctor
 from conduit.daemon.sync.engine import SyncReport, sync
 from conduit.daemon.sync.init import TEMPLATES, init_profile, starter_text
@@ -69,7 +75,7 @@ def sync_cmd(
     if not dry_run:
         _record_without_daemon(report)
     if as_json:
-        out.print_json(json.dumps(report_json(report, dry_run)))
+        out.print_json(json.dumps(redact_data(report_json(report, dry_run))))
     else:
         _print_sync(report, dry_run)
     return 0 if report.ok else 1
@@ -80,9 +86,9 @@ def _record_without_daemon(report: SyncReport) -> None:
     if running_daemon_pid() is not None:
         return  # the daemon keeps the state file; it sees these writes as its own tool-file events
     doc = read_state()
-    record_report(doc, report, "conduit sync")
+    record_report(doc, report, "conduit sync", mask=REDACTOR)
     try:
-        write_state(doc)
+        write_state(doc, redact=REDACTOR)
     except OSError:
         pass  # the sync itself succeeded; a state directory that cannot be written is not worth failing it
 
@@ -116,7 +122,7 @@ def _print_sync(report: SyncReport, dry_run: bool) -> None:
         verb = {"changed": "would change" if dry_run else "updated"}.get(t.status, t.status.replace("_", " "))
         out.print(f"[bold]{t.display}[/]: [{_STYLE.get(t.status, 'white')}]{verb}[/]")
         if t.message:
-            out.print(f"  {t.message}", markup=False, soft_wrap=True)
+            out.print(f"  {REDACTOR(t.message)}", markup=False, soft_wrap=True)
         for r in t.results:
             if r.diff:
                 out.print(Syntax(r.diff, "diff", theme="ansi_dark", word_wrap=True))
@@ -139,8 +145,9 @@ def doctor_cmd(
 
         report["live"] = live_report(state.profile)
         report["ok"] = report["ok"] and report["live"]["ok"]
+    report = redact_data(json.loads(json.dumps(report, default=str)))
     if as_json:
-        out.print_json(json.dumps(report, default=str))
+        out.print_json(json.dumps(report))
         return 0 if report["ok"] else 1
     prof = report["profile"]
     if prof.get("ok"):

@@ -26,9 +26,12 @@ from conduit.daemon.agent.gpu import default_probe, memory_by_index
 from conduit.daemon.cli.agent import vllm_lines
 from conduit.daemon.cli.app import app, state
 from conduit.daemon.config import paths
+from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.vllm import VllmSettings
 from conduit.daemon.vllm.supervisor import Supervisor, VllmState
+from conduit.daemon.vllm.tree import become_subreaper
 from conduit.errors import ConduitError
+from conduit.redact import mask_key_flags
 from conduit.units import parse_duration
 
 vllm_app = typer.Typer(help="Supervise the local vLLM server described by the profile's vllm table.",
@@ -85,7 +88,8 @@ async def run_foreground(settings: VllmSettings, on_change: Any = None) -> dict[
     ``conduit.daemon.agent.gpu`` (real NVML, or the fake named by ``$CONDUIT_FAKE_GPUS``), as the agent does.
     """
     probe = default_probe()
-    sup = Supervisor(settings, memory_probe=lambda: memory_by_index(probe))
+    become_subreaper()  # what the launch leaves behind re-parents to this process, and is stopped with it
+    sup = Supervisor(settings, memory_probe=lambda: memory_by_index(probe), redactor=REDACTOR)
     task = asyncio.create_task(sup.run())
     loop = asyncio.get_running_loop()
     quit_ev = asyncio.Event()
@@ -150,16 +154,26 @@ def run_cmd(as_json: bool = typer.Option(False, "--json", help="Print the final 
     return 0 if snap["state"] == "stopped" else 1
 
 
+def _learn_vllm_key() -> None:
+    """Teach ``REDACTOR`` the profile's ``[vllm].api_key`` (vLLM may print it); a profile that cannot be read
+    teaches nothing (the key-like flags are masked all the same)."""
+    with contextlib.suppress(ConduitError, OSError):
+        settings = settings_from_profile(state.profile)
+        REDACTOR.add([settings.api_key.get_secret_value()] if settings.api_key else [])
+
+
 @vllm_app.command("logs")
 def logs_cmd(
     lines: int = typer.Option(100, "-n", "--lines", help="How many lines from the end."),
     follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing new lines (Ctrl-C ends)."),
 ) -> int:
-    """Print the end of the vLLM log (the current launch; earlier ones are vllm.log.1, .2, ...)."""
+    """Print the end of the vLLM log (the current launch; earlier ones are vllm.log.1, .2, ...), values of
+    key-like flags masked."""
     path = log_path()
+    _learn_vllm_key()
     text = tail_text(path, lines)
     if text:
-        print(text, flush=True)
+        print(REDACTOR(mask_key_flags(text)), flush=True)
     if not follow:
         return 0
     pos = path.stat().st_size
@@ -175,7 +189,7 @@ def logs_cmd(
             if size > pos:
                 with open(path, "rb") as f:
                     f.seek(pos)
-                    print(f.read().decode("utf-8", errors="replace"), end="", flush=True)
+                    print(REDACTOR(mask_key_flags(f.read().decode("utf-8", errors="replace"))), end="", flush=True)
                 pos = size
     except KeyboardInterrupt:
         return 0

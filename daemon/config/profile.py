@@ -46,15 +46,18 @@ from typing import Annotated, Any, Literal
 
 import tomlkit
 import tomlkit.exceptions
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from conduit.adapters.base import Root
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config import paths
+from conduit.daemon.config.fields import Bool, Float, refuse_bool_int
 from conduit.daemon.config.normalize import describe_chars, normalize_base_url
+from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.sources import KeySource, key_source_from
 from conduit.daemon.config.vllm import RestartPolicy, Speculative, VllmSettings
 from conduit.errors import ProfileError
+from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
 
 ProtocolName = Literal["openai", "anthropic", "gemini"]
 
@@ -80,6 +83,10 @@ ModelId = Annotated[str, AfterValidator(check_model_id)]
 
 DEFAULT_PROTOCOLS: tuple[ProtocolName, ...] = ("openai", "anthropic")
 
+MAX_TIMEOUT_S = 3600.0
+"""Upper bound of ``channels.<name>.timeout``, seconds: a request that may take longer than an hour is a
+mistake (and ``inf`` cannot be turned into a tool's milliseconds)."""
+
 
 class Channel(BaseModel):
     """A gateway: where requests go and how they authenticate.
@@ -91,18 +98,18 @@ class Channel(BaseModel):
         protocols: the wire APIs the gateway speaks.
         key: where the API key comes from, or absent for a gateway that needs none (a local vLLM).
         models: optional list of model ids the gateway serves (used for checks and hints).
-        timeout: request timeout in seconds for tools that take one.
+        timeout: request timeout in seconds for tools that take one: finite, over 0, at most ``MAX_TIMEOUT_S``.
         auth: ``bearer`` (Authorization header) or ``x-api-key``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     base_url: str
     base_urls: dict[ProtocolName, str] = Field(default_factory=dict)
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(DEFAULT_PROTOCOLS), min_length=1)
     key: KeySource | None = None
     models: list[ModelId] = Field(default_factory=list)
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: Float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
     auth: Literal["bearer", "x-api-key"] = "bearer"
 
 
@@ -112,7 +119,7 @@ class ToolConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    enabled: bool = True
+    enabled: Bool = True
     channel: str | None = None
     model: ModelId | None = None
     small_model: ModelId | None = None
@@ -123,11 +130,12 @@ class ToolConfig(BaseModel):
 
 
 class Profile(BaseModel):
-    """The whole profile. ``version`` is 1; a future format bumps it and keeps reading 1."""
+    """The whole profile. ``version`` is 1 (the integer: ``true`` is refused); a future format bumps it and keeps
+    reading 1."""
 
     model_config = ConfigDict(extra="forbid")
 
-    version: Literal[1]
+    version: Annotated[Literal[1], BeforeValidator(refuse_bool_int)]
     channel: str
     model: ModelId
     small_model: ModelId | None = None
@@ -192,15 +200,29 @@ def load_profile(path: str | Path | None = None) -> LoadedProfile:
             speak the tool's protocol, a base URL that cannot be a URL.
     """
     p = paths.profile_path(path)
+    return parse_profile(read_profile_text(p), p)
+
+
+def read_profile_text(path: Path) -> str:
+    """The text of the profile file ``path``, read with ``conduit.fileio.read_regular_file``: a regular file
+    only (a FIFO or ``/dev/zero`` in its place is refused at once, never waited on or read without end), at
+    most ``PROFILE_MAX_BYTES`` (1 MiB), UTF-8.
+
+    Raises:
+        ProfileError: missing (with "run `conduit init`"), not a regular file, over the cap, unreadable, or
+            not UTF-8; the message names the file.
+    """
     try:
-        text = p.read_text(encoding="utf-8")
+        data = read_regular_file(path, max_bytes=PROFILE_MAX_BYTES, what="profile", error=ProfileError)
     except FileNotFoundError:
         raise ProfileError(
-            f"{p}: no profile here", "run `conduit init` to write a starter profile, or pass --profile PATH"
+            f"{path}: no profile here", "run `conduit init` to write a starter profile, or pass --profile PATH"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{p}: cannot read the profile: {exc}", "check the file's permissions") from None
-    return parse_profile(text, p)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: the profile is not UTF-8 text (byte {exc.start})",
+                           "save it as UTF-8") from None
 
 
 def parse_profile(text: str, path: Path) -> LoadedProfile:
@@ -327,6 +349,7 @@ def _load_vllm(loaded: LoadedProfile) -> None:
         loaded.vllm = VllmSettings.model_validate(table)
     except ValidationError as exc:
         raise _vllm_error(exc, loaded) from None
+    REDACTOR.add(loaded.vllm.secrets())
     if LOCAL_CHANNEL not in loaded.model.channels:
         loaded.model.channels[LOCAL_CHANNEL] = Channel(
             base_url=loaded.vllm.base_url, protocols=["openai", "anthropic"], key=loaded.vllm_key,

@@ -1,6 +1,8 @@
 """From a validated profile to what each adapter receives: the channel's roots, its cleaned key, the model.
 
-Key sources may run commands (``pass show ...``), so each channel's key is read once per ``Resolver``.
+Key sources may run commands (``pass show ...``), so each channel's key is read once per ``Resolver``. Every key
+read is registered with the process-wide ``conduit.daemon.config.redaction.REDACTOR`` (by ``read_key``; the
+literal ``[vllm].api_key`` when the profile is loaded), which masks what the CLI prints.
 
 The implicit ``local`` channel of a ``[vllm]`` table (``conduit.daemon.config.profile``) resolves like any other; when
 ``[vllm].api_key`` is written as the key itself (not a key source), that value is the channel's key.

@@ -5,7 +5,9 @@ The file (``~/.config/conduit/secrets.toml``, ``conduit.daemon.config.paths.secr
     [secrets]
     taotoken = "sk-..."
 
-It is mode 0600 from the moment it exists (its directory 0700), written atomically (temp file in the same
+It is read with ``conduit.fileio.read_regular_file`` (a regular file of at most ``PROFILE_MAX_BYTES``, 1 MiB,
+opened without blocking: a FIFO in its place is refused, never waited on). It is mode 0600 from the moment it
+exists (its directory 0700), written atomically (temp file in the same
 directory, fsync, ``os.replace``) under an ``flock`` on ``<file>.lock`` so that two ``conduit key set`` runs do
 not lose each other's change. A channel reads a stored key with ``key = { secret = "NAME" }``
 (``conduit.daemon.config.sources``). Keys are stored clean (``clean_key``) and never shown: only fingerprints.
@@ -28,7 +30,7 @@ from tomlkit.exceptions import ParseError, TOMLKitError
 from conduit.daemon.config import paths
 from conduit.daemon.config.normalize import clean_key, decode_key_bytes
 from conduit.errors import KeyError_
-from conduit.fileio import atomic_write, locked, make_private_dirs
+from conduit.fileio import PROFILE_MAX_BYTES, atomic_write, locked, make_private_dirs, read_regular_file
 from conduit.redact import fingerprint
 
 __all__ = ["LOCK_TIMEOUT_S", "NAME_RE", "SecretsStore", "check_name", "key_list", "key_rm", "key_set",
@@ -149,31 +151,35 @@ class SecretsStore:
 
     def _load(self) -> tomlkit.TOMLDocument:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            data = read_regular_file(self.path, max_bytes=PROFILE_MAX_BYTES, what="secrets file", error=KeyError_)
         except FileNotFoundError:
             return tomlkit.document()
-        except OSError as exc:
-            raise KeyError_(
-                f"secrets file {self.shown} cannot be read: {exc.strerror or exc}",
-                hint=f"check its owner and mode (it should be yours, mode 0600: chmod 600 {self.shown})",
-            ) from None
-        with os.fdopen(fd, "rb") as fh:
-            self._tighten(fh.fileno())
-            data = fh.read()
+        except KeyError_ as exc:
+            exc.hint = exc.hint or f"check its owner and mode (it should be yours, mode 0600: chmod 600 {self.shown})"
+            raise
+        self._tighten()
         try:
             return tomlkit.parse(decode_key_bytes(data))
         except ParseError as exc:
             raise KeyError_(f"secrets file {self.shown} cannot be parsed (line {exc.line}, column {exc.col})",
                             hint=_UNPARSABLE_HINT) from None
-        except TOMLKitError:
+        except (TOMLKitError, RecursionError):
             raise KeyError_(f"secrets file {self.shown} cannot be parsed", hint=_UNPARSABLE_HINT) from None
 
-    def _tighten(self, fd: int) -> None:
-        """Make a file other users can read 0600 again, and say so once."""
-        st = os.fstat(fd)
-        if not st.st_mode & 0o077:
+    def _tighten(self) -> None:
+        """Make a file other users can read 0600 again, and say so once (opened without blocking, regular
+        files only: ``_load`` has just read it as one)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
             return
-        os.fchmod(fd, 0o600)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o077:
+                return
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
         notice = (f"secrets file {self.shown} could be read by other users "
                   f"(mode {stat.S_IMODE(st.st_mode):04o}); it is now 0600")
         if notice not in self.notices:

@@ -8,18 +8,21 @@ A channel names its source in the profile (DESIGN.md "Keys")::
     key = { secret = "taotoken" }                        # conduit's secrets file, via `conduit key set`
 
 Every key read passes through ``conduit.daemon.config.normalize.clean_key`` (re-exported here: the one
-cleaning step of every key source). Errors are ``KeyError_`` naming the source (``KeySource.describe()``) with
-a hint; they never contain the key: a command's stdout is never shown, and a line of its stderr that holds
-the key is masked (``conduit.redact.redact``).
+cleaning step of every key source), and every key read is registered with the process-wide ``REDACTOR``
+(``conduit.daemon.config.redaction``) that masks the CLI's errors, ``--json`` and the state file.
+
+Files (a key file, the secrets file) are read with ``conduit.fileio.read_regular_file``: a regular file only,
+never blocking (a FIFO cannot hang a sync), at most ``KEY_MAX_BYTES``. Commands run under
+``conduit.daemon.config.keycommand.run_key_command``: a timeout, an output cap, the whole process group killed.
+Errors are ``KeyError_`` naming the source (``KeySource.describe()``) with a hint; they never contain the key:
+nothing a command prints (stdout or stderr) is ever shown, only its exit status.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
 import stat
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,13 +30,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from conduit.daemon.config import paths
+from conduit.daemon.config.keycommand import run_key_command
 from conduit.daemon.config.normalize import CleanKey, clean_key, decode_key_bytes
+from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.secrets import NAME_RE, SecretsStore
 from conduit.errors import KeyError_, ProfileError
-from conduit.redact import redact
+from conduit.fileio import KEY_MAX_BYTES, read_regular_file
 
 __all__ = [
     "KEY_FILE_MAX_BYTES",
+    "REDACTOR",
     "CleanKey",
     "KeySource",
     "clean_key",
@@ -43,10 +49,9 @@ __all__ = [
 ]
 
 #: A key file or command output larger than this is not a key (the wrong file, a binary): refused, in bytes.
-KEY_FILE_MAX_BYTES = 64 * 1024
+KEY_FILE_MAX_BYTES = KEY_MAX_BYTES
 
 _SOURCES = ("file", "env", "command", "secret")
-_STDERR_LINE_MAX = 200  # characters of a failed command's last stderr line that an error quotes
 
 
 class KeySource(BaseModel):
@@ -155,7 +160,7 @@ def key_file_path(source: KeySource, environ: Mapping[str, str] | None = None) -
 
 
 def read_key(source: KeySource, *, environ: Mapping[str, str] | None = None, timeout_s: float = 15) -> CleanKey:
-    """Read and clean the key a ``KeySource`` names.
+    """Read and clean the key a ``KeySource`` names, and register it with ``REDACTOR``.
 
     Args:
         source: where the key lives.
@@ -167,48 +172,43 @@ def read_key(source: KeySource, *, environ: Mapping[str, str] | None = None, tim
         ``CleanKey`` (notices include a warning when a key file can be read by other users).
 
     Raises:
-        KeyError_: the file is missing/unreadable/a directory/over ``KEY_FILE_MAX_BYTES``; the variable is
-            unset or empty; the command failed, was killed or timed out (exit code and the last line of its
-            stderr; never its stdout); the secret is missing; or ``clean_key`` refused the key.
+        KeyError_: the file is missing, unreadable, not a regular file (a FIFO, a device, a directory) or over
+            ``KEY_MAX_BYTES``; the variable is unset or empty; the command failed, was killed, timed out or
+            printed more than ``KEY_MAX_BYTES`` (its exit status only: never what it printed); the secret is
+            missing; or ``clean_key`` refused the key.
     """
     env = os.environ if environ is None else environ
     if source.file is not None:
-        return _read_file(source, env)
-    if source.env is not None:
-        return _read_env(source, env)
-    if source.command is not None:
-        return _read_command(source, env, timeout_s)
-    return _read_secret(source)
+        clean = _read_file(source, env)
+    elif source.env is not None:
+        clean = _read_env(source, env)
+    elif source.command is not None:
+        clean = _read_command(source, env, timeout_s)
+    else:
+        clean = _read_secret(source)
+    REDACTOR.add([clean.key])
+    return clean
 
 
 def _with_notices(clean: CleanKey, notices: list[str]) -> CleanKey:
     return CleanKey(key=clean.key, notices=(*clean.notices, *notices)) if notices else clean
 
 
-def _file_bytes(path: Path, described: str, shown: str) -> tuple[bytes, os.stat_result]:
-    """The bytes of a key file and its ``stat``, or a ``KeyError_`` that says what is wrong with it."""
+def _file_bytes(path: Path, described: str, shown: str) -> tuple[bytes, int]:
+    """The bytes of a key file and its permission bits, or a ``KeyError_`` that says what is wrong with it."""
     try:
-        st = path.stat()
-        if stat.S_ISDIR(st.st_mode):
-            raise KeyError_(f"{described} is a directory", hint="point `file` at the file holding the key")
-        if st.st_size > KEY_FILE_MAX_BYTES:
-            raise KeyError_(
-                f"{described} is {st.st_size} bytes; a key file holds one key on one line",
-                hint="check that `file` names the right file",
-            )
-        with path.open("rb") as fh:
-            return fh.read(KEY_FILE_MAX_BYTES + 1), st
+        data = read_regular_file(path, max_bytes=KEY_MAX_BYTES, what="key file", error=KeyError_)
+        return data, stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         raise KeyError_(
             f"{described} does not exist",
             hint='create it or run `conduit key set NAME` and use key = { secret = "NAME" } '
             "(a key file holds the key on one line, mode 0600)",
         ) from None
-    except PermissionError:
-        raise KeyError_(
-            f"{described} cannot be read: permission denied",
-            hint=f"make it readable by the user conduit runs as (chmod 600 {shown})",
-        ) from None
+    except KeyError_ as exc:
+        if "Permission denied" in exc.message:
+            exc.hint = f"make it readable by the user conduit runs as (chmod 600 {shown})"
+        raise
     except OSError as exc:
         raise KeyError_(f"{described} cannot be read: {exc.strerror or exc}", hint="check the path") from None
 
@@ -218,11 +218,11 @@ def _read_file(source: KeySource, environ: Mapping[str, str]) -> CleanKey:
     described = source.describe()
     path = key_file_path(source, environ)
     assert path is not None
-    data, st = _file_bytes(path, described, source.file)
+    data, mode = _file_bytes(path, described, source.file)
     clean = clean_key(decode_key_bytes(data), source=described)
-    if st.st_mode & 0o077:
+    if mode & 0o077:
         return _with_notices(clean, [f"{described} can be read by other users (mode "
-                                     f"{stat.S_IMODE(st.st_mode):04o}); run `chmod 600 {source.file}`"])
+                                     f"{mode:04o}); run `chmod 600 {source.file}`"])
     return clean
 
 
@@ -251,72 +251,10 @@ def _read_secret(source: KeySource) -> CleanKey:
     return _with_notices(clean_key(value, source=source.describe()), store.notices)
 
 
-# ----------------------------------------------------------------------------------------------- commands
-
-
-def _run_command(command: str, described: str, environ: Mapping[str, str], timeout_s: float
-                 ) -> tuple[int, bytes, bytes]:
-    """Run ``command`` through /bin/sh in a session of its own; ``(returncode, stdout, stderr)``.
-
-    A timeout kills the whole process group (not only /bin/sh) and raises ``KeyError_``.
-    """
-    try:
-        proc = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=dict(environ), start_new_session=True)
-    except OSError as exc:
-        raise KeyError_(f"{described} could not be started: {exc.strerror or exc}", hint="check the command") from None
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.communicate()
-        raise KeyError_(
-            f"{described} did not finish within {timeout_s:g} s",
-            hint="run it by hand; a password manager may be waiting for an unlock or a prompt",
-        ) from None
-    return proc.returncode, out, err
-
-
-def _last_line(data: bytes, key_guess: str | None) -> str:
-    """The last non-blank line of a failed command's stderr, with the key it may hold masked, shortened."""
-    lines = [ln.strip() for ln in decode_key_bytes(data).splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    line = redact(lines[-1], [key_guess])
-    return line[:_STDERR_LINE_MAX] + "..." if len(line) > _STDERR_LINE_MAX else line
-
-
-def _command_failed(described: str, returncode: int, out: bytes, err: bytes) -> KeyError_:
-    """The error for a command that exited non-zero or was killed: how, and its stderr's last line."""
-    try:  # what the key would have been, so that stderr echoing it (`set -x`, a debug line) is masked
-        guess: str | None = clean_key(decode_key_bytes(out[:KEY_FILE_MAX_BYTES]), source=described).key
-    except KeyError_:
-        guess = None
-    if returncode < 0:
-        try:
-            how = f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            how = f"was killed by signal {-returncode}"
-    else:
-        how = f"exited with code {returncode}"
-    last = _last_line(err, guess)
-    return KeyError_(
-        f"{described} {how}" + (f": {last}" if last else ""),
-        hint="run the command by hand to see what it needs (an unlocked store, a login)",
-    )
-
-
 def _read_command(source: KeySource, environ: Mapping[str, str], timeout_s: float) -> CleanKey:
     assert source.command is not None
     described = source.describe()
-    returncode, out, err = _run_command(source.command, described, environ, timeout_s)
-    if returncode != 0:
-        raise _command_failed(described, returncode, out, err)
-    if len(out) > KEY_FILE_MAX_BYTES:
-        raise KeyError_(f"{described} printed {len(out)} bytes; a key is one line", hint="make it print only the key")
+    out = run_key_command(source.command, described=described, environ=environ, timeout_s=timeout_s)
     try:
         return clean_key(decode_key_bytes(out), source=described)
     except KeyError_ as exc:

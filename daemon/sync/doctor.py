@@ -1,7 +1,8 @@
 """``conduit doctor``: per tool, is its file found, which version, is it in sync, and who overrides conduit.
 
 Read-only: it runs a dry-run sync to tell "in sync" from "drifted" and asks each adapter's ``inspect`` for
-facts. Keys appear only as fingerprints.
+facts. Keys appear only as fingerprints. It also says when the sync daemon is alive but stalled: its lock file's
+busy marker (``conduit.daemon.sync.progress``) shows no progress of its loop for longer than ``STALL_AFTER_S``.
 """
 
 from __future__ import annotations
@@ -13,21 +14,34 @@ from conduit.adapters.base import Env, ToolFacts
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.sync.engine import sync
-from conduit.daemon.sync.lock import running_daemon_pid
+from conduit.daemon.sync.lock import daemon_activity
 from conduit.daemon.sync.state import profile_error, read_state, tool_facts
 from conduit.errors import ConduitError
 
 _STATE = {"changed": "drifted", "unchanged": "in_sync"}
 
+STALL_AFTER_S = 60.0
+"""A daemon loop that has made no progress for this long (seconds) inside one batch is stalled: a key command
+gets 15 s and a CC Switch write at most ~26 s of lock waits, so a healthy step stays under it (the unit's
+``WatchdogSec=`` is the same 60 s)."""
 
-def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> dict[str, Any]:
+
+def doctor(profile_path: str | Path | None = None, env: Env | None = None,
+           stall_after_s: float | None = None) -> dict[str, Any]:
     """Build the doctor report.
+
+    Args:
+        profile_path: the profile (None: the default). env: where tools' files are found.
+        stall_after_s: seconds without progress of the daemon's loop that make it "stalled" (None:
+            ``STALL_AFTER_S``).
 
     Returns:
         ``{"ok": bool, "profile": {...}, "tools": {name: {...}}, "warnings": [str]}``; each tool has
         ``managed`` (a [tools.<name>] table exists), ``state`` (in_sync / drifted / not_found / unsupported /
         error / disabled / not_managed), ``diff`` (masked), ``message``, ``restart_hint``, ``facts`` (the
-        adapter's ``ToolFacts.as_dict()``) and ``summary`` (its one line for the table).
+        adapter's ``ToolFacts.as_dict()``) and ``summary`` (its one line for the table); ``daemon`` has
+        ``running``, ``pid``, ``last_sync``, ``profile_error`` and ``stalled_for_s`` (seconds, or None; set when
+        the loop is stalled, which also makes ``ok`` False and adds a warning).
     """
     env = env or Env()
     report: dict[str, Any] = {"ok": True, "profile": {}, "tools": {}, "warnings": []}
@@ -69,17 +83,25 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None) -> di
         entry["summary"] = facts.summary
         report["tools"][name] = entry
         report["warnings"] += facts.override_warnings(name)
-    _daemon_facts(report)
+    _daemon_facts(report, STALL_AFTER_S if stall_after_s is None else stall_after_s)
     return report
 
 
-def _daemon_facts(report: dict[str, Any]) -> None:
+def _daemon_facts(report: dict[str, Any], stall_after_s: float) -> None:
     """Add what the sync daemon's state file says (``report["daemon"]``, per tool ``restart_needed`` and
-    ``drift``) and warnings for a profile error the daemon holds, drift, and tools to restart."""
+    ``drift``) and warnings for a stalled loop, a profile error the daemon holds, drift, and tools to restart."""
     doc = read_state()
-    pid = running_daemon_pid()
-    report["daemon"] = {"running": pid is not None, "pid": pid,
-                        "last_sync": doc.to_json()["last_sync"], "profile_error": profile_error(doc)}
+    act = daemon_activity()
+    pid = act.pid if act is not None else None
+    stalled = act.stalled_for_s if act is not None and (act.stalled_for_s or 0) > stall_after_s else None
+    report["daemon"] = {"running": pid is not None, "pid": pid, "last_sync": doc.to_json()["last_sync"],
+                        "profile_error": profile_error(doc),
+                        "stalled_for_s": round(stalled, 1) if stalled is not None else None}
+    if stalled is not None:
+        report["ok"] = False
+        who = f"pid {pid}" if pid is not None and pid > 0 else "(pid unknown)"
+        report["warnings"].insert(0, f"sync daemon {who} is alive but its loop has not progressed for "
+                                     f"{stalled:.0f} s: restart it with systemctl --user restart conduit-sync")
     if pid is not None and profile_error(doc):
         report["warnings"].append(f"the daemon (pid {pid}) keeps the last good profile in force: "
                                   f"{profile_error(doc)}")

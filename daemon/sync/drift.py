@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,18 +31,39 @@ REAPPLY_WINDOW_S = 60.0
 
 
 def file_digest(path: Path) -> str | None:
-    """SHA-256 (hex) of a file's bytes, plus its ``-wal`` companion when present; None when missing."""
+    """SHA-256 (hex) of a file's bytes, plus its ``-wal`` companion when present; None when missing.
+
+    Never hangs and never reads without end: the file is opened with ``O_NONBLOCK`` and read only when
+    ``fstat`` says it is a regular file, up to the size it had then (a FIFO, a device or ``/dev/zero`` in its
+    place counts as "special", which is a change like any other).
+    """
     h = hashlib.sha256()
     found = False
     for p in (path, path.with_name(path.name + "-wal")):
         try:
-            with open(p, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    h.update(chunk)
-            found = True
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             h.update(b"\0missing")
+            continue
+        found = True
+        try:
+            _hash_fd(fd, h)
+        except OSError:
+            h.update(b"\0unreadable")
+        finally:
+            os.close(fd)
     return h.hexdigest() if found else None
+
+
+def _hash_fd(fd: int, h: hashlib._Hash) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        h.update(f"\0special {stat.S_IFMT(st.st_mode)}".encode())
+        return
+    left = st.st_size
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+        h.update(chunk)
+        left -= len(chunk)
 
 
 @dataclass

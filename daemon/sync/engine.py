@@ -16,6 +16,7 @@ from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import Writer, WriteResult
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile
+from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import BadArguments, ConduitError
 
@@ -93,7 +94,8 @@ def sync(
                                f"add a [tools.{name}] table to sync it" if name in ADAPTERS else
                                f"known tools: {', '.join(ADAPTERS)}")
     resolver = resolver if resolver is not None and resolver.profile is profile else Resolver(profile, environ)
-    secrets = _known_secrets(resolver, wanted)
+    enabled = [t for t, cfg in profile.model.tools.items() if cfg.enabled]
+    secrets = _known_secrets(resolver, list(dict.fromkeys([*wanted, *enabled]))) + sorted(REDACTOR.secrets)
     writer = Writer(backups or BackupStore(paths.backups_dir()), dry_run=dry_run, secrets=secrets)
     reports = [_sync_tool(name, resolver, writer, env) for name in wanted]
     notices = list(profile.notices)
@@ -106,12 +108,14 @@ def sync(
 
 
 def _known_secrets(resolver: Resolver, tools: list[str]) -> list[str]:
-    """Every key this sync may write, so the writer masks them in any diff or message."""
+    """Every key the profile resolves for ``tools`` (every enabled tool, not only those synced now: a tool's file
+    may hold another channel's key in a line a diff shows), so the writer masks them in any diff or message. The process-wide ``REDACTOR`` adds the keys and key-like flag values read elsewhere."""
     keys = []
-    for t in tools:
+    names = dict.fromkeys([resolver.profile.model.channel, *(resolver.tool_channel_name(t) for t in tools)])
+    for cname in names:
         try:
-            key = resolver.channel(resolver.tool_channel_name(t)).key
-        except ConduitError:
+            key = resolver.channel(cname).key
+        except (ConduitError, KeyError):  # a failing key source, or a channel the profile lacks
             continue
         if key:
             keys.append(key)

@@ -19,6 +19,7 @@ from conduit.daemon.config.edit import save_profile
 from conduit.daemon.config.normalize import clean_key, normalize_base_url
 from conduit.daemon.config.secrets import SecretsStore
 from conduit.errors import BadArguments, ConduitError, KeyError_, ProfileError
+from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
 from conduit.redact import fingerprint
 
 TEMPLATES = ("hosted", "local-vllm", "both")
@@ -132,6 +133,8 @@ def init_profile(path: Path, *, template: str = "hosted", force: bool = False, e
         (the text written, notes for the person).
     Raises:
         ConduitError: the profile exists and ``force`` is false (nothing is overwritten).
+        ProfileError: with ``force``, the existing profile cannot be kept as ``.bak`` (not a regular file, over
+            ``PROFILE_MAX_BYTES``, unreadable).
     """
     if path.exists() and not force:
         raise ConduitError(f"{path} already exists", "edit it, or pass --force to replace it (a copy is kept as .bak)")
@@ -147,7 +150,7 @@ def init_profile(path: Path, *, template: str = "hosted", force: bool = False, e
                          "starter profile")
     if path.exists():
         backup = path.with_suffix(path.suffix + ".bak")
-        backup.write_bytes(path.read_bytes())
+        backup.write_bytes(read_regular_file(path, max_bytes=PROFILE_MAX_BYTES, what="profile", error=ProfileError))
         notes.append(f"previous profile kept as {backup}")
     # A proposal is validated before it is written; the shipped starters are validated by the test suite.
     save_profile(path, text, validate=bool(found) and "conduit init" in text.splitlines()[0])

@@ -3,6 +3,8 @@
 - Every record passes ``RedactFilter``: the kernel's ``conduit.redact.Redactor`` (the keys the daemon has read)
   over the formatted message and its traceback, so a key is only ever logged as its fingerprint. A safety net:
   messages are built from fingerprints already.
+- Nothing else reaches stderr unmasked: an uncaught exception in any thread (``sys.excepthook``,
+  ``threading.excepthook``) and watchdog's own warnings are logged through the same handler.
 - Under systemd (``$JOURNAL_STREAM`` names stderr) lines carry ``<N>`` syslog priority prefixes instead of
   timestamps, so journald stores levels (sd-daemon(3), "SD_WARNING"...); elsewhere
   ``2026-01-01 12:00:00 INFO message``.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 
 from conduit.redact import Redactor
@@ -74,9 +77,30 @@ def setup_logging(verbose: bool = False, *, redactor: Redactor | None = None) ->
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     handler.addFilter(mask)
     root = logging.getLogger("conduit")
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    root.propagate = False
+    for name, level in (("conduit", logging.DEBUG if verbose else logging.INFO), ("watchdog", logging.WARNING)):
+        logger = logging.getLogger(name)
+        for h in list(logger.handlers):
+            logger.removeHandler(h)
+        logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = False
+    _route_uncaught(root.getChild("daemon"))
     return mask.redactor
+
+
+def _route_uncaught(log: logging.Logger) -> None:
+    """Uncaught exceptions (main thread and any other) go through ``log``, so through the redaction, instead of
+    Python's default hooks, which print the traceback to stderr as it is."""
+
+    def main_hook(tp: type[BaseException], value: BaseException, tb: object) -> None:
+        log.critical("uncaught exception", exc_info=(tp, value, tb))  # type: ignore[arg-type]
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        log.error("uncaught exception in thread %s", name,
+                  exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # type: ignore[arg-type]
+
+    sys.excepthook = main_hook
+    threading.excepthook = thread_hook

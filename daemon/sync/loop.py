@@ -1,7 +1,9 @@
 """The sync daemon's loop: one thread that turns debounced file events into syncs, in order.
 
 watchdog's observer threads only put paths on a ``queue.Queue``; ``SyncDaemon.run_loop`` does everything else,
-so two syncs never overlap. Nothing polls: an idle daemon sleeps in ``queue.get()`` and inotify.
+so two syncs never overlap. Nothing polls: an idle daemon sleeps in ``queue.get()`` and inotify. Under
+systemd's watchdog (``WatchdogSec=``) the wait has a timeout of the ping interval and every step of the loop
+reports progress (``conduit.daemon.sync.progress``): a loop that is stuck stops pinging and gets restarted.
 
 What one event batch does (events are debounced: ``debounce_s`` of quiet, at most ``max_delay_s``):
 
@@ -35,6 +37,7 @@ from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.config.sources import key_file_path
 from conduit.daemon.sync.drift import REAPPLY_LIMIT, REAPPLY_WINDOW_S, ToolTrack, drift_record
 from conduit.daemon.sync.engine import SyncReport, ToolReport, sync
+from conduit.daemon.sync.progress import LoopProgress
 from conduit.daemon.sync.scrub import redacting_store, scrub_backups
 from conduit.daemon.sync.state import (
     ChannelInfo,
@@ -47,6 +50,7 @@ from conduit.daemon.sync.state import (
 )
 from conduit.daemon.sync.watcher import Watcher
 from conduit.errors import ConduitError
+from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
 from conduit.redact import Redactor, fingerprint
 from conduit.sdnotify import sd_notify
 
@@ -87,8 +91,8 @@ class SyncDaemon:
 
     Args:
         options: ``DaemonOptions``.
-        redactor: the process's redactor, taught every key read (``setup_logging`` returns the one the log
-            handler uses).
+        redactor: the process's redactor, taught every key read (the daemon passes the config layer's
+            ``REDACTOR``, which ``read_key`` teaches too; ``setup_logging`` returns it from the log handler).
 
     Run it with ``conduit.daemon.sync.syncd.serve`` in a process of its own (signals, lock, sd_notify), or
     ``start()``/``stop()`` in a thread (tests)::
@@ -115,6 +119,7 @@ class SyncDaemon:
         self.resolver: Resolver | None = None
         self.key_files: set[Path] = set()
         self.ready = threading.Event()
+        self.progress = LoopProgress()
         self.syncs = 0
         self._thread: threading.Thread | None = None
 
@@ -125,11 +130,14 @@ class SyncDaemon:
         self._thread = threading.Thread(target=self.run_loop, name="conduit-syncd", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10) -> None:
-        """Ask the loop to finish its current batch and stop; join it (at most ``timeout`` seconds)."""
+    def stop(self, timeout: float = 10) -> bool:
+        """Ask the loop to finish its current batch and stop; join it (at most ``timeout`` seconds).
+        Returns False when the loop is still running after ``timeout``."""
         self.queue.put(_STOP)
         if self._thread is not None:
             self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
 
     def request_resync(self) -> None:
         """Re-read the profile and keys and sync every tool (SIGHUP)."""
@@ -138,31 +146,49 @@ class SyncDaemon:
     # -- the loop --------------------------------------------------------------------------------------
 
     def run_loop(self) -> None:
-        """First sync, READY=1, then handle debounced event batches until stopped."""
+        """First sync, READY=1, then handle debounced event batches until stopped.
+
+        The only thread that syncs, re-watches (``Watcher.watch``) and reports progress (``self.progress``)."""
         self.watcher.start()
         try:
             self.state.daemon = DaemonInfo(pid=os.getpid(), started_at=utc_now(),
                                            debounce_ms=round(self.options.debounce_s * 1000))
-            self._reload_and_sync(trigger="start", force=True)
+            self.progress.begin()
+            try:
+                self._reload_and_sync(trigger="start", force=True)
+            except Exception:  # the daemon must survive anything a sync throws, the first one included
+                log.exception("unexpected error in the first sync; the daemon keeps running")
             if self.profile is None:
                 self._rewatch()  # wait for a valid profile to appear
             self._save_state()
+            self.progress.end()
             self.ready.set()
             sd_notify(f"READY=1\nSTATUS={self._status_line()}")
             log.info("watching %s", ", ".join(str(d) for d in self.watcher.directories))
-            while True:
-                item = self.queue.get()
-                if item is _STOP:
-                    return
-                batch, stopping = self._collect(item)
-                try:
-                    self._handle(batch)
-                except Exception:  # the daemon must survive anything a sync throws
-                    log.exception("unexpected error while handling changes; the daemon keeps running")
-                if stopping:
-                    return
+            while self._next_batch():
+                pass
         finally:
             self.watcher.stop()
+
+    def _next_batch(self) -> bool:
+        """Wait for an event (idle: at most the watchdog interval, or forever when the watchdog is off),
+        handle its burst; False when the daemon is to stop."""
+        try:
+            item = self.queue.get(timeout=self.progress.interval_s)
+        except queue.Empty:  # only with the watchdog on: an idle loop that still runs
+            self.progress.tick()
+            return True
+        if item is _STOP:
+            return False
+        batch, stopping = self._collect(item)
+        self.progress.begin()
+        try:
+            self._handle(batch)
+        except Exception:  # the daemon must survive anything a sync throws
+            log.exception("unexpected error while handling changes; the daemon keeps running")
+        finally:
+            self.progress.end()
+        return not stopping
 
     def _collect(self, first: object) -> tuple[set[object], bool]:
         """The burst that starts with ``first``: until ``debounce_s`` of quiet or ``max_delay_s`` in all."""
@@ -199,9 +225,10 @@ class SyncDaemon:
     # -- profile and full syncs ------------------------------------------------------------------------
 
     def _reload_and_sync(self, *, trigger: str, force: bool) -> None:
-        try:
-            text = self.profile_path.read_text(encoding="utf-8")
-        except OSError:
+        try:  # a FIFO or /dev/zero must not hang the loop: load_profile below says what is wrong with it
+            text = read_regular_file(self.profile_path, max_bytes=PROFILE_MAX_BYTES,
+                                     what="profile").decode("utf-8", "replace")
+        except (OSError, ConduitError):
             text = None
         if text is not None and text == self.profile_text and not force and self.profile_error is None:
             log.debug("profile unchanged; nothing to do")
@@ -233,20 +260,24 @@ class SyncDaemon:
         self._save_state()
 
     def _read_keys(self, profile: LoadedProfile) -> dict[str, str | None]:
-        """Every channel's current key (None when it has none or its source fails); teaches the redactor."""
+        """Every channel's current key (None when it has none or its source fails); teaches the redactor every
+        key before any error text is masked (a failing channel's message may hold a key read after it)."""
         resolver = self.resolver = Resolver(profile)  # reused by the drift checks until the next full sync
         keys: dict[str, str | None] = {}
-        chans = self.state.channels
+        errors: dict[str, str] = {}
         for name in profile.model.channels:
             try:
-                key = keys[name] = resolver.channel(name).key
-                chans[name] = ChannelInfo(key_fingerprint=fingerprint(key) if key else None, key_error=None)
+                keys[name] = resolver.channel(name).key
             except ConduitError as exc:
-                keys[name] = None
-                chans[name] = ChannelInfo(key_fingerprint=None, key_error=self.redactor(str(exc)))
+                keys[name], errors[name] = None, str(exc)
+            self.progress.tick()  # one key read (a command may take seconds): progress
+        self.redactor.add(keys.values())
+        chans = self.state.channels
+        for name, key in keys.items():
+            chans[name] = ChannelInfo(key_fingerprint=fingerprint(key) if key else None,
+                                      key_error=self.redactor(errors[name]) if name in errors else None)
         for gone in set(chans) - set(profile.model.channels):
             del chans[gone]
-        self.redactor.add(keys.values())
         return keys
 
     def _full_sync(self, profile: LoadedProfile, trigger: str) -> None:
@@ -254,6 +285,7 @@ class SyncDaemon:
         rotated = [old for ch, old in self.keys.items() if old and keys.get(ch) and keys[ch] != old]
         report = sync(profile, env=self.env, backups=redacting_store(rotated, self.options.backups),
                       resolver=self.resolver)
+        self.progress.tick()
         self.keys = keys
         if rotated:
             scrub_backups(rotated, self.options.backups)

@@ -29,6 +29,7 @@ import httpx
 
 from conduit.daemon.config.normalize import clean_key
 from conduit.daemon.config.profile import LoadedProfile, did_you_mean, load_profile
+from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.secrets import SecretsStore
 from conduit.daemon.config.sources import KeySource, key_file_path, read_key
 from conduit.daemon.sync.engine import SyncReport, sync
@@ -196,6 +197,7 @@ def rotate_key(channel: str, raw_key: str, *, profile_path: str | Path | None = 
     profile = load_profile(profile_path)
     src = _rotatable_source(profile, channel)
     new = clean_key(raw_key, source=f"the new key for channel `{channel}`").key
+    REDACTOR.add([new])
     result = RotateResult(channel=channel, fingerprint=fingerprint(new))
     old: str | None = None
     if src is not None:

@@ -20,10 +20,11 @@ job (``conduit.daemon.sync.loop``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchdog.events import (
@@ -65,6 +66,15 @@ def nearest_existing_dir(path: Path) -> Path:
     return d
 
 
+@dataclass(frozen=True)
+class _View:
+    """What the handler matches events against: published whole by ``Watcher.watch`` (one attribute store),
+    read whole by watchdog's thread, so neither side needs a lock."""
+
+    interest: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
+    dirs: frozenset[str] = frozenset()
+
+
 class Watcher:
     """Watches the directories of a set of files and calls ``on_change(file)`` for each event that touches one.
 
@@ -72,6 +82,12 @@ class Watcher:
         on_change: called from watchdog's thread with the watched file's path (as given to ``watch``) for
             every write-side event naming it (as source or destination of a rename), or naming a missing
             directory on the way to it. Must be quick and thread-safe (the daemon puts it on a queue).
+
+    Threads and locks (issue 11: a lock held across a call into watchdog deadlocked the daemon): watchdog's
+    dispatcher thread holds the observer's lock while it calls our handler, and ``schedule``/``unschedule``
+    take that same lock. So no lock of ours is ever held across a call into watchdog, and the handler takes
+    no lock at all: it reads one immutable ``_View`` that ``watch`` replaces in a single store. ``watch``,
+    ``start``, ``stop`` and ``directories`` are called from one thread only (the daemon's loop thread).
 
     Example::
 
@@ -85,9 +101,8 @@ class Watcher:
     def __init__(self, on_change: Callable[[Path], None]) -> None:
         self._on_change = on_change
         self._observer: BaseObserver = Observer()
-        self._lock = threading.Lock()
-        # normalized path of interest -> the watched files an event on it concerns
-        self._interest: dict[str, tuple[Path, ...]] = {}
+        self._view = _View()
+        # watched directory -> its watch; only the thread that calls ``watch`` touches it
         self._watches: dict[str, ObservedWatch] = {}
         self._handler = _Handler(self)
         self._started = False
@@ -95,50 +110,30 @@ class Watcher:
     @property
     def directories(self) -> list[Path]:
         """The directories currently watched (sorted)."""
-        with self._lock:
-            return sorted(Path(d) for d in self._watches)
+        return sorted(Path(d) for d in self._watches)
 
     def watch(self, files: Iterable[Path] | Mapping[Path, object]) -> None:
         """Watch exactly these files from now on (replaces the previous set).
 
         Each file is matched by its path and, when it is a symlink, by its resolved path too (so the
         directory holding the real file is watched as well). Directories no longer needed are unwatched.
+        Call it from one thread only (the daemon's loop); it holds no lock while it calls watchdog.
         """
-        interest: dict[str, list[Path]] = {}
-        dirs: set[str] = set()
-        for f in files:
-            f = Path(f)
-            names = {_norm(f)}
+        interest, dirs = _interest(files)
+        # 1. publish the new interest first: events from a directory about to be added already match
+        self._view = _View(interest, frozenset(self._watches) | frozenset(dirs))
+        # 2. call watchdog with no lock of ours held (its dispatcher may be inside our handler right now)
+        for d in [d for d in self._watches if d not in dirs]:
+            with contextlib.suppress(KeyError, OSError):
+                self._observer.unschedule(self._watches.pop(d))
+        for d in sorted(dirs - set(self._watches)):
             try:
-                names.add(_norm(os.path.realpath(f)))
-            except OSError:
-                pass
-            for name in names:
-                p = Path(name)
-                for candidate in (name, *(name + s for s in COMPANION_SUFFIXES)):
-                    interest.setdefault(candidate, []).append(f)
-                if p.parent.is_dir():
-                    dirs.add(_norm(p.parent))
-                else:
-                    anchor = nearest_existing_dir(p)
-                    dirs.add(_norm(anchor))
-                    # the first missing directory below the anchor: its creation is the event to wait for
-                    rel = p.relative_to(anchor).parts
-                    interest.setdefault(_norm(anchor / rel[0]), []).append(f)
-        with self._lock:
-            self._interest = {k: tuple(dict.fromkeys(v)) for k, v in interest.items()}
-            for d in list(self._watches):
-                if d not in dirs:
-                    try:
-                        self._observer.unschedule(self._watches.pop(d))
-                    except (KeyError, OSError):
-                        pass
-            for d in sorted(dirs - set(self._watches)):
-                try:
-                    self._watches[d] = self._observer.schedule(self._handler, d, recursive=False,
-                                                               event_filter=EVENT_FILTER)
-                except OSError as exc:  # a directory removed meanwhile, or out of inotify watches
-                    log.warning("cannot watch %s: %s", d, exc.strerror or exc)
+                self._watches[d] = self._observer.schedule(self._handler, d, recursive=False,
+                                                           event_filter=EVENT_FILTER)
+            except OSError as exc:  # a directory removed meanwhile, or out of inotify watches
+                log.warning("cannot watch %s: %s", d, exc.strerror or exc)
+        # 3. publish what is really watched
+        self._view = _View(interest, frozenset(self._watches))
 
     def start(self) -> None:
         """Start watchdog's threads (idempotent)."""
@@ -147,29 +142,53 @@ class Watcher:
             self._started = True
 
     def stop(self) -> None:
-        """Stop and join watchdog's threads."""
+        """Stop and join watchdog's threads (at most 5 s)."""
         if self._started:
             self._observer.stop()
             self._observer.join(timeout=5)
             self._started = False
 
     def _dispatch(self, event: FileSystemEvent) -> None:
+        view = self._view  # one read: the handler never waits on the thread that calls ``watch``
         paths = [event.src_path]
         dest = getattr(event, "dest_path", "")
         if dest:
             paths.append(dest)
         hit: list[Path] = []
-        with self._lock:
-            interest = self._interest
-            for p in paths:
-                hit.extend(interest.get(_norm(os.fsdecode(p)), ()))
-            watched_dir = event.is_directory and _norm(os.fsdecode(event.src_path)) in self._watches
-        if watched_dir and isinstance(event, DirDeletedEvent):
+        for p in paths:
+            hit.extend(view.interest.get(_norm(os.fsdecode(p)), ()))
+        src = _norm(os.fsdecode(event.src_path))
+        if event.is_directory and isinstance(event, DirDeletedEvent) and src in view.dirs:
             # the watched directory itself went away: report its files so the daemon re-watches
-            d = _norm(os.fsdecode(event.src_path))
-            hit.extend(f for k, fs in interest.items() if os.path.dirname(k) == d for f in fs)
+            hit.extend(f for k, fs in view.interest.items() if os.path.dirname(k) == src for f in fs)
         for f in dict.fromkeys(hit):
             self._on_change(f)
+
+
+def _interest(files: Iterable[Path] | Mapping[Path, object]) -> tuple[dict[str, tuple[Path, ...]], set[str]]:
+    """Normalized path of interest -> the watched files an event on it concerns, and the directories to watch."""
+    interest: dict[str, list[Path]] = {}
+    dirs: set[str] = set()
+    for f in files:
+        f = Path(f)
+        names = {_norm(f)}
+        try:
+            names.add(_norm(os.path.realpath(f)))
+        except OSError:
+            pass
+        for name in names:
+            p = Path(name)
+            for candidate in (name, *(name + s for s in COMPANION_SUFFIXES)):
+                interest.setdefault(candidate, []).append(f)
+            if p.parent.is_dir():
+                dirs.add(_norm(p.parent))
+            else:
+                anchor = nearest_existing_dir(p)
+                dirs.add(_norm(anchor))
+                # the first missing directory below the anchor: its creation is the event to wait for
+                rel = p.relative_to(anchor).parts
+                interest.setdefault(_norm(anchor / rel[0]), []).append(f)
+    return {k: tuple(dict.fromkeys(v)) for k, v in interest.items()}, dirs
 
 
 class _Handler(FileSystemEventHandler):

@@ -13,7 +13,11 @@ which the next agent takes over.
 File format (JSON, written atomically)::
 
     {"pid": 1234, "pgid": 1234, "sid": 1234, "create_time": 1733000000.5,
-     "fingerprint": "<sha256 of VllmSettings.launch_fingerprint()>", "argv": [...], "log_path": "..."}
+     "fingerprint": "<sha256 of VllmSettings.launch_fingerprint()>", "argv": [...], "log_path": "...",
+     "marker": "<the launch's CONDUIT_VLLM_LAUNCH value>"}
+
+The marker lets a later agent find (and kill) what is left of that launch even where it left the group and
+session (``tree.Tree``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 import psutil
 
 from conduit.daemon.vllm.process import describe, group_members, kill_group
+from conduit.daemon.vllm.tree import Tree
 
 
 def digest(text: str) -> str:
@@ -46,6 +51,7 @@ class PidRecord:
     fingerprint: str | None = None
     argv: list[str] = field(default_factory=list)
     log_path: str | None = None
+    marker: str | None = None
 
     def leader_alive(self) -> bool:
         """The leader still runs and is the same process (create time within 1 s: the pid was not reused)."""
@@ -60,7 +66,7 @@ def write_pid_file(path: Path, record: PidRecord) -> None:
     """Write ``record`` to ``path`` atomically (a temp file beside it, then rename)."""
     data = {
         "pid": record.pid, "pgid": record.pgid, "sid": record.sid, "create_time": record.create_time,
-        "fingerprint": record.fingerprint, "argv": record.argv, "log_path": record.log_path,
+        "fingerprint": record.fingerprint, "argv": record.argv, "log_path": record.log_path, "marker": record.marker,
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
@@ -83,7 +89,7 @@ def read_pid_file(path: Path) -> PidRecord | None:
         return PidRecord(
             pid=int(info["pid"]), pgid=int(info["pgid"]), sid=int(info["sid"]),
             create_time=float(info["create_time"]), fingerprint=info.get("fingerprint"),
-            argv=list(info.get("argv", [])), log_path=info.get("log_path"),
+            argv=list(info.get("argv", [])), log_path=info.get("log_path"), marker=info.get("marker"),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"not a vLLM pid record: {exc}") from exc
@@ -125,11 +131,13 @@ async def recover(
         return Recovery(adopt=rec)
     why = "settings changed" if leader_alive and not same else ("not ready" if leader_alive else "API server gone")
     out = Recovery()
-    before = group_members(rec.pgid, rec.sid, rec.create_time)
+    tree = Tree(rec.pid, rec.create_time, rec.marker)
+    before = {p.pid: p for p in [*group_members(rec.pgid, rec.sid, rec.create_time), *tree.sweep()]}
     if before:
-        left = await kill_group(rec.pgid, rec.sid, grace_s=grace_s, not_before=rec.create_time)
+        described = ", ".join(describe(before.values()))  # while they still have command lines
+        left = await kill_group(rec.pgid, rec.sid, grace_s=grace_s, not_before=rec.create_time, tree=tree)
         out = Recovery(
-            warnings=(f"killed a leftover vLLM group from an earlier agent ({why}): {', '.join(describe(before))}",),
+            warnings=(f"killed a leftover vLLM group from an earlier agent ({why}): {described}",),
             left=tuple(left),
         )
     _unlink(pid_path)

@@ -3,6 +3,12 @@
 The child writes the file itself (``open_for_child``: ``O_APPEND``), so rotation while it runs
 is *copytruncate*: copy to ``vllm.log.1`` and truncate in place; the child's next write lands at offset 0.
 At a launch the files simply move up (``vllm.log`` -> ``vllm.log.1`` -> ... -> ``vllm.log.<backups>``).
+
+Every text taken from the log to be shown elsewhere (a failure's ``log_tail``, its reason, the KV cache line)
+goes through ``mask_key_flags``: a launcher that echoes its command line or environment prints keys in flag
+form (``--api-key X``, ``api_key=X``, ``VLLM_API_KEY=X``, ``Authorization: Bearer X``), and those values are
+masked whether or not the key is one conduit knows (the known ones are also masked by the caller's
+``conduit.redact.Redactor``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ from conduit.daemon.vllm.diagnose import find_kv_cache_line
 
 #: How much of the log's end a failure report reads, bytes.
 LOG_TAIL_BYTES = 64 * 1024
-
 
 @dataclass(frozen=True)
 class VllmLog:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from conduit.daemon.config.vllm import VllmSettings
+from conduit.daemon.vllm.tree import Tree
 
 
 @dataclass
@@ -88,3 +89,4 @@ class Launch:
     adopted: bool = False
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     exit_code: int | None = None
+    tree: Tree | None = None  # every process of the launch (``tree``), killed with the group

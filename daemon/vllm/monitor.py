@@ -6,6 +6,8 @@ supervisor's loop and changing no state themselves:
 - ``watch_exit``: ``await proc.wait()`` (delivered by the kernel's SIGCHLD) for our own child; for an adopted
   process (not our child) a pidfd, or polling where there is none. Any exit counts, whatever its status: vLLM
   can exit 0 after its engine died.
+- ``track``: every ``TRACK_INTERVAL_S`` the launch's ``tree.Tree`` is sampled (in a worker thread), so a
+  descendant that leaves the group (``setsid()``) is known before its parent can exit and orphan it.
 - ``Monitor.run``: until ready, ``/health`` 200 **and** ``/v1/models`` listing the served name (every 0.25 s, up
   to ``startup_timeout_s``); then ``/health`` every ``health_interval_s`` and ``/metrics`` every
   ``metrics_interval_s`` while healthy, and the log's size check.
@@ -27,6 +29,8 @@ from conduit.daemon.vllm.process import wait_pid_exit
 
 #: Seconds between readiness checks while starting.
 READY_POLL_S = 0.25
+#: Seconds between two samples of a launch's process tree.
+TRACK_INTERVAL_S = 1.0
 
 
 def _client() -> httpx.AsyncClient:
@@ -42,6 +46,16 @@ async def watch_exit(cur: Launch, post: Callable[[Message], None]) -> None:
         await wait_pid_exit(cur.pid)
         code = None
     post(Exited(cur.gen, code, time.monotonic()))
+
+
+async def track(cur: Launch, interval_s: float = TRACK_INTERVAL_S) -> None:
+    """Sample ``cur.tree`` now and every ``interval_s`` seconds until cancelled (nothing without a tree)."""
+    tree = cur.tree
+    if tree is None:
+        return
+    while True:
+        await asyncio.to_thread(tree.sample)
+        await asyncio.sleep(interval_s)
 
 
 class Monitor:

@@ -7,6 +7,10 @@ leaves EngineCore and Worker alive (case C16), so every stop signals the whole g
 
     SIGTERM to the group -> ``grace_s`` -> SIGKILL to what is left -> a psutil scan (by group and session)
 
+A descendant that left the group and session (``setsid()``) is still signalled: ``kill_group`` also takes the
+launch's ``tree.Tree`` (every descendant seen while it ran, and its re-parented orphans) and signals each of
+those directly. What survives is named by pid and command line (``describe``).
+
 ESRCH and EPERM (a process that vanished, or one that is someone else's) are tolerated everywhere; zombies
 count as gone (they hold no memory).
 """
@@ -22,6 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psutil
+
+from conduit.daemon.vllm.tree import Tree
+
+#: At most this much of a survivor's command line is quoted, characters.
+CMDLINE_MAX = 200
 
 
 def group_members(pgid: int, sid: int | None = None, not_before: float | None = None) -> list[psutil.Process]:
@@ -47,14 +56,24 @@ def group_members(pgid: int, sid: int | None = None, not_before: float | None = 
 
 
 def describe(procs: Iterable[psutil.Process]) -> list[str]:
-    """``["1234 VLLM::EngineCor", ...]`` for messages."""
+    """``["1234 python3 -m vllm.entrypoints.openai.api_server --model m", "1240 VLLM::EngineCor", ...]`` for
+    messages: pid and command line (the process name when it has none), at most ``CMDLINE_MAX`` characters."""
     out = []
     for p in procs:
         try:
-            out.append(f"{p.pid} {p.name()}")
+            text = f"{p.pid} {' '.join(p.cmdline()) or p.name()}"
         except psutil.Error:
-            out.append(str(p.pid))
+            text = str(p.pid)
+        out.append(text if len(text) <= CMDLINE_MAX else text[: CMDLINE_MAX - 3] + "...")
     return out
+
+
+def _members(pgid: int, sid: int | None, not_before: float | None, tree: Tree | None) -> list[psutil.Process]:
+    """The group's and session's live processes plus the live members of ``tree`` (swept), each once."""
+    found = {p.pid: p for p in group_members(pgid, sid, not_before)}
+    for p in tree.sweep() if tree is not None else ():
+        found.setdefault(p.pid, p)
+    return list(found.values())
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -75,14 +94,15 @@ def _signal(pgid: int, members: Iterable[psutil.Process], sig: int) -> None:
 
 
 async def _wait_gone(
-    pgid: int, sid: int | None, not_before: float | None, members: list[psutil.Process], timeout_s: float
+    pgid: int, sid: int | None, not_before: float | None, members: list[psutil.Process], timeout_s: float,
+    tree: Tree | None = None,
 ) -> list[psutil.Process]:
     """Wait until no member is alive and a full scan finds none; return what is still alive at the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
         members = [p for p in members if _alive(p)]
         if not members:
-            members = group_members(pgid, sid, not_before)
+            members = _members(pgid, sid, not_before, tree)
             if not members:
                 return []
         if time.monotonic() >= deadline:
@@ -97,20 +117,24 @@ async def kill_group(
     grace_s: float = 15.0,
     not_before: float | None = None,
     kill_wait_s: float = 5.0,
+    tree: Tree | None = None,
 ) -> list[str]:
-    """SIGTERM the group, wait ``grace_s`` seconds, SIGKILL what is left, wait, and check with psutil.
+    """SIGTERM the group (and every live member of ``tree``, however it left the group), wait ``grace_s``
+    seconds, SIGKILL what is left, wait, and check with psutil; then reap the tree's re-parented orphans.
 
-    Returns the processes still alive afterwards as ``"pid name"`` strings (empty: all gone). Never raises for
-    processes that vanish or belong to someone else (ESRCH/EPERM).
+    Returns the processes still alive afterwards as ``"pid command line"`` strings (empty: all gone). Never
+    raises for processes that vanish or belong to someone else (ESRCH/EPERM).
     """
-    members = group_members(pgid, sid, not_before)
-    if not members:
-        return []
-    _signal(pgid, members, signal.SIGTERM)
-    left = await _wait_gone(pgid, sid, not_before, members, grace_s)
+    members = _members(pgid, sid, not_before, tree)
+    left: list[psutil.Process] = []
+    if members:
+        _signal(pgid, members, signal.SIGTERM)
+        left = await _wait_gone(pgid, sid, not_before, members, grace_s, tree)
     if left:
         _signal(pgid, left, signal.SIGKILL)
-        left = await _wait_gone(pgid, sid, not_before, left, kill_wait_s)
+        left = await _wait_gone(pgid, sid, not_before, left, kill_wait_s, tree)
+    if tree is not None:
+        tree.reap()
     return describe(left)
 
 

@@ -7,6 +7,7 @@ the socket, the child's exit and the health polls (``monitor``), backoff timers.
 The parts, one module each:
 
 - ``process``: the process group (``start_new_session=True``; TERM to the group, grace, KILL, psutil check).
+- ``tree``: every descendant of a launch, also one that called ``setsid()``, and its re-parented orphans.
 - ``logs``: ``state_dir()/vllm/vllm.log``, rotated at each launch, copy-truncated past ``log_max_bytes``.
 - ``monitor``: ready = ``/health`` 200 **and** ``/v1/models`` lists the served name; then health and metrics.
 - ``preflight``: a GPU launch is refused before it starts when the free memory is short (injected probe).
@@ -25,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +52,18 @@ from conduit.daemon.vllm.lifecycle import (
 from conduit.daemon.vllm.logs import VllmLog
 from conduit.daemon.vllm.messages import Cmd, Exited, Health, Launch, Message, Ready, RestartDue, StartTimeout
 from conduit.daemon.vllm.metrics import MetricsTracker
-from conduit.daemon.vllm.monitor import Monitor, watch_exit
+from conduit.daemon.vllm.monitor import Monitor, track, watch_exit
 from conduit.daemon.vllm.preflight import MemoryProbe, plan_launch
 from conduit.daemon.vllm.process import group_members, kill_group, spawn_group
+from conduit.daemon.vllm.reports import Reports
 from conduit.daemon.vllm.settings import Version
+from conduit.daemon.vllm.tree import MARKER_ENV, Tree
 from conduit.errors import ConduitError
+from conduit.redact import Redactor, mask_argv
 
 __all__ = ["DETERMINISTIC", "IllegalTransition", "Supervisor", "VllmState"]
 
-class Supervisor(Lifecycle):
+class Supervisor(Lifecycle, Reports):
     """Keeps one vLLM server in the state the profile asks for. Asyncio only; create it inside the loop's thread.
 
     Args:
@@ -69,6 +74,8 @@ class Supervisor(Lifecycle):
             package reads no hardware itself.
         autostart: launch (or adopt) as soon as ``run()`` begins.
         state_dir: where ``vllm.log`` and ``vllm.pid`` live; default ``paths.state_dir()/vllm``.
+        redactor: masks what the snapshot quotes from vLLM (log tails, reasons, warnings), with key-like flag
+            values (``conduit.redact.mask_key_flags``); taught ``[vllm].api_key``. The agent passes its own.
 
     The state is ``state`` / ``since`` / ``history``; ``wait_for(*states, timeout_s)`` waits for one
     (``lifecycle.Lifecycle``).
@@ -89,18 +96,18 @@ class Supervisor(Lifecycle):
         memory_probe: MemoryProbe,
         autostart: bool = True,
         state_dir: Path | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
+        Reports.__init__(self, redactor)
         self.settings = settings
+        self.teach(settings)
         self.autostart = autostart
         self.dir = state_dir or paths.state_dir() / "vllm"
         self.memory_probe = memory_probe
-        super().__init__()
+        Lifecycle.__init__(self)
         self.restarts = 0
-        self.last_failure: dict[str, Any] | None = None
-        self.warnings: list[str] = []
         self.version: Version | None = None
         self.distribution: str | None = None
-        self.kv_cache: dict[str, Any] | None = None
         #: time.monotonic() when the last unasked exit of vLLM was seen (for bench/supervisor.py)
         self.exit_seen_monotonic: float | None = None
         self._events: asyncio.Queue[Message] = asyncio.Queue()
@@ -155,7 +162,7 @@ class Supervisor(Lifecycle):
                     if isinstance(ev, Cmd) and not ev.done.done():
                         ev.done.set_exception(exc)
                     else:
-                        self.warnings.append(f"internal error handling {type(ev).__name__}: {exc!r}")
+                        self.warnings_push(f"internal error handling {type(ev).__name__}: {exc!r}")
         finally:
             self._running = False
             if self._cur:
@@ -223,7 +230,7 @@ class Supervisor(Lifecycle):
             "warnings": warnings,
             "version": ".".join(map(str, self.version)) if self.version else None,
             "distribution": self.distribution,
-            "argv": list(cur.argv) if cur else None,
+            "argv": mask_argv(cur.argv) if cur else None,
             "log_path": str(self.log_path),
             "kv_cache": self.kv_cache,
             "history": [list(h) for h in self.history],
@@ -234,16 +241,12 @@ class Supervisor(Lifecycle):
         cur = self._cur
         if cur is None:
             return set()
-        return {p.pid for p in group_members(cur.pgid, cur.sid, cur.create_time)}
+        tracked = cur.tree.pids() if cur.tree else set()
+        return tracked | {p.pid for p in group_members(cur.pgid, cur.sid, cur.create_time)}
 
     async def scrape_now(self) -> dict[str, Any] | None:
         """Scrape ``/metrics`` once now (tests, ``conduit status --fresh``); returns the metrics snapshot."""
         return await self._monitor.scrape()
-
-    def warnings_push(self, text: str) -> None:
-        """Add a warning to the snapshot (the last 20 are kept)."""
-        self.warnings.append(text)
-        del self.warnings[:-20]
 
     # ---------------------------------------------------------------- internals: state
     async def _command(self, kind: str, settings: VllmSettings | None = None) -> Any:
@@ -261,17 +264,7 @@ class Supervisor(Lifecycle):
         self._to(VllmState.FAILED)
 
     def _record_failure(self, d: Diagnosis, exit_code: int | None, tail: str | None) -> None:
-        lines = (tail if tail is not None else self._log.tail()).splitlines()[-40:]
-        self.last_failure = {**d.to_dict(), "exit_code": exit_code, "log_tail": "\n".join(lines), "at": time.time()}
-
-    def _note_left(self, left: list[str]) -> None:
-        if left:
-            self.warnings_push(f"processes of the vLLM group still alive after SIGKILL: {', '.join(left)}")
-
-    def _read_kv_cache_line(self) -> None:
-        found = self._log.kv_cache()
-        if found:
-            self.kv_cache = found
+        self.record_failure(d, exit_code, tail if tail is not None else self._log.tail())
 
     # ---------------------------------------------------------------- internals: messages
     async def _handle(self, ev: Message) -> None:
@@ -290,13 +283,13 @@ class Supervisor(Lifecycle):
         elif isinstance(ev, Ready):
             if self.state is VllmState.STARTING:
                 self._to(VllmState.READY)
-                self._read_kv_cache_line()
+                self.read_kv_cache_line(self._log)
         elif isinstance(ev, StartTimeout):
             if self.state is VllmState.STARTING:
                 tail = self._log.tail()
                 left = await self._kill(cur)
                 self._fail(timeout_diagnosis(self.settings.startup_timeout_s, tail), None, tail)
-                self._note_left(left)
+                self.note_left(left)
         elif isinstance(ev, Health):
             await self._on_health(cur, ev)
 
@@ -327,6 +320,7 @@ class Supervisor(Lifecycle):
     async def _apply(self, new: VllmSettings) -> bool:
         """Take ``new``; relaunch when a launch setting changed and vLLM runs or had failed."""
         old, self.settings = self.settings, new
+        self.teach(new)
         changed = old.launch_fingerprint() != new.launch_fingerprint()
         if not changed or not (self.state in ACTIVE or self.state is VllmState.FAILED):
             return False
@@ -343,7 +337,7 @@ class Supervisor(Lifecycle):
         tail = self._log.tail()
         left = await self._kill(cur)  # the API server is gone; EngineCore/Worker may not be (C16)
         d = diagnose(tail, exit_code=code, port=self.settings.port, model=self.settings.model)
-        self._note_left(left)
+        self.note_left(left)
         if was is VllmState.STARTING and d.kind in DETERMINISTIC:
             self._fail(d, code, tail)
         elif was is VllmState.STARTING:
@@ -365,7 +359,7 @@ class Supervisor(Lifecycle):
             if now - since >= self.settings.unhealthy_restart_s:
                 tail = self._log.tail()
                 left = await self._kill(cur)
-                self._note_left(left)
+                self.note_left(left)
                 self._crashed(unhealthy_diagnosis(now - since, ev.detail), None, tail)
 
     def _crashed(self, d: Diagnosis, code: int | None, tail: str) -> None:
@@ -405,20 +399,21 @@ class Supervisor(Lifecycle):
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         self._log.rotate()
-        argv = plan.argv
+        argv, marker = plan.argv, uuid.uuid4().hex  # every process of the launch inherits the marker
         fd = self._log.open_for_child()
         try:
-            child = await spawn_group(argv, plan.env, fd)
+            child = await spawn_group(argv, {**plan.env, MARKER_ENV: marker}, fd)
         except OSError as exc:
             self._fail_launch(Diagnosis("launch_error", f"cannot start {argv[0]}: {exc.strerror}",
                                         "fix [vllm].python or [vllm].command"))
             return
         finally:
             os.close(fd)
-        cur = Launch(self._gen, child.pid, child.pid, child.pid, child.create_time, child.proc, argv, self.log_path)
+        cur = Launch(self._gen, child.pid, child.pid, child.pid, child.create_time, child.proc, argv, self.log_path,
+                     tree=Tree(child.pid, child.create_time, marker))
         self._cur = cur
-        write_pid_file(self.pid_path, PidRecord(
-            cur.pid, cur.pgid, cur.sid, cur.create_time, digest(s.launch_fingerprint()), cur.argv, str(cur.log_path)))
+        write_pid_file(self.pid_path, PidRecord(cur.pid, cur.pgid, cur.sid, cur.create_time,
+                                                digest(s.launch_fingerprint()), cur.argv, str(cur.log_path), marker))
         self._to(VllmState.STARTING)
         self._watch(cur, ready=False)
 
@@ -427,6 +422,7 @@ class Supervisor(Lifecycle):
         cur.tasks = [
             asyncio.create_task(watch_exit(cur, self._post)),
             asyncio.create_task(self._monitor.run(cur, ready=ready)),
+            asyncio.create_task(track(cur)),
         ]
 
     def _fail_launch(self, d: Diagnosis) -> None:
@@ -456,7 +452,8 @@ class Supervisor(Lifecycle):
         for t in cur.tasks:
             if t is not me:
                 t.cancel()
-        left = await kill_group(cur.pgid, cur.sid, grace_s=self.settings.stop_grace_s, not_before=cur.create_time)
+        left = await kill_group(cur.pgid, cur.sid, grace_s=self.settings.stop_grace_s, not_before=cur.create_time,
+                                tree=cur.tree)
         if cur.proc is not None:
             with contextlib.suppress(asyncio.TimeoutError, ProcessLookupError):
                 await asyncio.wait_for(cur.proc.wait(), 2.0)  # reap the leader
@@ -475,7 +472,7 @@ class Supervisor(Lifecycle):
                               self._monitor.check_ready)
         for w in found.warnings:
             self.warnings_push(w)
-        self._note_left(list(found.left))
+        self.note_left(list(found.left))
         if found.adopt is not None:
             self._adopt(found.adopt)
         return found.adopt is not None
@@ -484,9 +481,9 @@ class Supervisor(Lifecycle):
         """Take over a serving group an earlier agent launched (no exit status: it is not our child)."""
         self._gen += 1
         cur = Launch(self._gen, rec.pid, rec.pgid, rec.sid, rec.create_time, None, list(rec.argv), self.log_path,
-                     adopted=True)
+                     adopted=True, tree=Tree(rec.pid, rec.create_time, rec.marker))
         self._cur = cur
         self._to(VllmState.READY)
         self.warnings_push(f"adopted vLLM pid {rec.pid} launched by an earlier agent")
-        self._read_kv_cache_line()
+        self.read_kv_cache_line(self._log)
         self._watch(cur, ready=True)
