@@ -1,11 +1,12 @@
 """Plant a fake agent in the guessable fallback directory ``/tmp/conduit-<uid>`` and ask the real CLI about it.
 
-Run as root inside a private mount namespace with its own ``/tmp`` (``unshare -m``; see
-tests/test_agent_trust.py), so the real ``/tmp/conduit-0`` is never touched::
+Run as root inside a private mount namespace (``unshare -m``; see tests/test_agent_trust.py), so the real
+``/tmp/conduit-0`` is never touched::
 
     unshare -m python tests/planted_agent.py --owner 65534 --mode 0700
 
-It mounts a tmpfs on ``/tmp``, creates ``/tmp/conduit-<uid>`` owned by ``--owner`` with ``--mode``, forks a
+It mounts a tmpfs on ``/tmp/conduit-<uid>`` only (the rest of ``/tmp``, where a checkout and its venv may live,
+stays visible), gives that directory ``--owner`` and ``--mode``, forks a
 child that drops to ``--owner`` and serves a "everything is ready" ``/v1/status`` on ``agent.sock`` there (the
 socket is the owner's), then runs ``conduit status --json``, ``conduit status`` and ``conduit wait
 --vllm-ready`` as this user without ``XDG_RUNTIME_DIR`` and prints their results as one JSON line.
@@ -14,6 +15,7 @@ socket is the owner's), then runs ``conduit status --json``, ``conduit status`` 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -60,11 +62,33 @@ def main() -> int:
     ap.add_argument("--mode", type=lambda s: int(s, 8), required=True)
     ap.add_argument("--conduit", required=True)
     args = ap.parse_args()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/tmp"], check=True, timeout=10)
+    # The mount point is created (and removed) in the real /tmp, which every namespace shares: one plant at a
+    # time on this machine (pytest-xdist workers, other checkouts), or one run's rmdir unmounts another's tmpfs.
+    lock = os.open(f"/tmp/.conduit-planted-agent-{os.getuid()}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        return _plant_locked(args)
+    finally:
+        os.close(lock)
+
+
+def _plant_locked(args: argparse.Namespace) -> int:
     d = f"/tmp/conduit-{os.getuid()}"
-    os.mkdir(d)
-    os.chown(d, args.owner, args.owner)
-    os.chmod(d, args.mode)
+    created = not os.path.lexists(d)
+    if created:  # a mount point; removed again below, after the namespace's mount is gone
+        os.mkdir(d, 0o700)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=True, timeout=10)
+        os.chown(d, args.owner, args.owner)
+        os.chmod(d, args.mode)
+        return _plant_and_ask(d, args)
+    finally:
+        subprocess.run(["umount", d], check=False, timeout=10)
+        if created:
+            os.rmdir(d)
+
+
+def _plant_and_ask(d: str, args: argparse.Namespace) -> int:
     sock = os.path.join(d, "agent.sock")
     child = os.fork()
     if child == 0:

@@ -292,3 +292,64 @@ def test_command_key_source_runs_once_per_full_sync(daemon: Daemon, tools: Path,
     set_model(tools, "m-after")  # a full sync, queued after the tool-file event
     wait_for(lambda: models(temp_home) == ("m-after",) * 3, what="the model change in every tool")
     assert calls.read_text().count("call") == 2  # start + the profile change; none for the drift check
+
+
+def _profile_syncs(daemon: Daemon) -> int:
+    """Full syncs the daemon ran for profile changes (one ``sync claude_code: ... (profile)`` line each)."""
+    return len(re.findall(r"sync claude_code: .*\(profile\)", daemon.log()))
+
+
+def _slow_save(profile: Path, model: str, how: str) -> None:
+    """An editor's save whose first event comes well before the new text: renamed away (vim) or truncated."""
+    new = re.sub(r'(?m)^model = ".*"$', f'model = "{model}"', profile.read_text())
+    if how == "slow-rename":
+        backup = profile.with_name(profile.name + "~")
+        os.rename(profile, backup)
+        time.sleep(0.02)
+        profile.write_text(new)
+        os.unlink(backup)
+    else:
+        with open(profile, "r+") as fh:
+            fh.truncate(0)
+            fh.flush()
+            time.sleep(0.02)
+            fh.write(new)
+
+
+@pytest.mark.parametrize("how", ["atomic", "rename", "slow-rename", "slow-truncate"])
+def test_a_single_save_costs_exactly_one_sync(daemon: Daemon, tools: Path, temp_home: Path, how: str) -> None:
+    """Leading edge: the save syncs once. A save whose first event finds no profile, or an empty one, too: the
+    loop waits for the save to settle and reads again, instead of reporting an error."""
+    daemon.start()
+    if how.startswith("slow-"):
+        _slow_save(tools, f"single-{how}", how)
+    else:
+        set_model(tools, f"single-{how}", how)
+    wait_for(all_at(temp_home, f"single-{how}"), what="the save in all three tools")
+    time.sleep(1.0)  # room for a second sync, which must not come
+    assert _profile_syncs(daemon) == 1, daemon.log()
+    assert "profile error" not in daemon.log()
+    assert read_state(temp_home)["last_sync"]["trigger"] == "profile"
+
+
+def test_saves_during_a_sync_give_exactly_one_more_sync(daemon: Daemon, tools: Path, temp_home: Path) -> None:
+    """The first save's sync is held inside CC Switch's database lock; three saves meanwhile end in one more
+    sync, which applies the last of them."""
+    daemon.start()
+    db = temp_home / ".cc-switch" / "cc-switch.db"
+    holder = sqlite3.connect(db, timeout=10, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the daemon's busy timeout is 5 s per attempt: it waits, then commits
+    try:
+        set_model(tools, "during-0", "atomic")
+        wait_for(lambda: claude_env(temp_home).get("ANTHROPIC_MODEL") == "during-0", what="the first sync started")
+        for i in (1, 2, 3):
+            set_model(tools, f"during-{i}", ("atomic", "truncate", "rename")[i - 1])
+            time.sleep(0.05)
+        time.sleep(0.3)  # every event of those saves is queued while the sync still waits for the lock
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    wait_for(all_at(temp_home, "during-3"), what="the last save in all three tools")
+    time.sleep(1.0)
+    assert _profile_syncs(daemon) == 2, daemon.log()
+    assert models(temp_home) == ("during-3",) * 3

@@ -35,6 +35,8 @@ from conduit.daemon.cli.sparkline import BLOCKS, History, Series, sparkline
 from conduit.daemon.cli.watch import View, render
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
+# The module-scoped agent below is shared: under pytest-xdist (`--dist loadgroup`) this file runs on one worker.
+pytestmark = pytest.mark.xdist_group("test_watch")
 
 # --------------------------------------------------------------------------------------------- helpers
 

@@ -135,7 +135,9 @@ class Keeper:
 
     Attributes read by the handlers: ``gpus``, ``host_body``, ``tools``, ``prober``, ``channels_note``,
     ``vllm`` (the slot or supervisor, or None), ``vllm_problem`` (why the profile's ``[vllm]`` cannot be
-    applied, as a ``last_failure`` dict, or None).
+    applied, as a ``last_failure`` dict, or None; replaced, never changed in place), and the counters the
+    handlers key their kept bodies on (``conduit.daemon.agent.bodies``): ``gpu_generation`` (one per GPU/host
+    sample) and ``tools_generation`` (one per change of the sync state file).
     """
 
     def __init__(self, config: AgentConfig, gpu_probe: GpuProbe, vllm: Any, prober: Prober | None,
@@ -149,6 +151,8 @@ class Keeper:
         self.gpus = Gpus.model_validate(report_json(None))  # rebuilt after each sample, not per request
         self.host_body: HostSample | HostNote = HostNote(note="not sampled yet")
         self.tools = ToolsBody(tools={}, note=NO_SYNC_STATE)
+        self.gpu_generation = 0  # counts GPU/host samples: bumped after gpus/host_body are replaced
+        self.tools_generation = 0  # counts changes of the sync state file: bumped after tools is replaced
         self.vllm: Any = vllm
         self.own_vllm = vllm is None
         self.vllm_problem: dict[str, Any] | None = None
@@ -245,6 +249,7 @@ class Keeper:
         gpus = Gpus.model_validate(report_json(report, self.gpu_history))
         host = host_snapshot()
         self.gpus, self.host, self.host_body = gpus, host, HostSample.model_validate(asdict(host))
+        self.gpu_generation += 1  # after the swap: a reader that saw the old count rebuilds once more
 
     async def _gpu_loop(self) -> None:
         interval = self.config.gpu_interval_s
@@ -300,6 +305,7 @@ class Keeper:
             return
         self._tools_sig = sig
         self.tools = read_tools(path) if sig is not None else ToolsBody(tools={}, note=NO_SYNC_STATE)
+        self.tools_generation += 1
 
     # ---- vLLM following
 

@@ -57,6 +57,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, ValidationError
 
+from conduit.daemon.agent.bodies import MASKED_WITH, BodyCache, masked_response
 from conduit.daemon.agent.gpu import GpuProbe, default_probe, memory_by_index
 from conduit.daemon.agent.logs import MALFORMED_INTERVAL_S, MalformedRequests, setup_logging
 from conduit.daemon.agent.loops import Keeper
@@ -132,10 +133,11 @@ def _unknown_channel(name: str, known: list[str]) -> web.Response:
 
 
 def _redacted(resp: web.StreamResponse, redactor: Redactor) -> web.StreamResponse:
-    """``resp`` with every secret ``redactor`` knows masked in its body (a plain ``web.Response``'s bytes)."""
+    """``resp`` with every secret ``redactor`` knows masked in its body (a plain ``web.Response``'s bytes),
+    unless it was already masked with the current secret set (a kept body: ``conduit.daemon.agent.bodies``)."""
     if isinstance(resp, web.Response) and isinstance(resp.body, bytes):
         secrets = redactor.secrets
-        if secrets:
+        if secrets and resp.get(MASKED_WITH) is not secrets:
             body = redact_bytes(resp.body, secrets)
             if body != resp.body:
                 resp.body = body
@@ -207,6 +209,7 @@ class Agent:
         self.started_at = time.time()
         self._t0 = time.monotonic()
         self._openapi: OpenApiDocument | None = None
+        self.bodies = BodyCache(self.redactor)  # each GET route's last body, made again when its sources change
         self.app = self._make_app()
 
     # ---- lifecycle
@@ -243,30 +246,59 @@ class Agent:
         """``/v1/channels``: the prober's snapshot and the note on why there are none."""
         return self.keeper.channels()
 
-    def vllm_body(self) -> VllmBody:
+    def _vllm_source(self) -> tuple[str, Any]:
+        """What ``/v1/vllm`` shows, read once: ``("slot", snapshot dict)``, ``("none", vllm_problem)`` or
+        ``("raised", exception)``; the key of the kept vLLM bodies (a slot's snapshot is compared with ``==``:
+        a slot returns new containers, or replaces nested ones, rather than changing them in place)."""
+        slot = self.keeper.vllm
+        if slot is None:
+            return ("none", self.keeper.vllm_problem)
+        try:
+            return ("slot", slot.snapshot())
+        except Exception as exc:
+            return ("raised", exc)
+
+    def vllm_body(self, source: tuple[str, Any] | None = None) -> VllmBody:
         """The slot's snapshot; ``{"state": "failed", "last_failure": {...}}`` when the profile's ``[vllm]``
         cannot be used (its api_key source fails); else ``{"state": "not_configured"}``. A snapshot that fails,
-        or that does not fit ``VllmBody``, answers ``{"state": "error", "message"}``."""
-        slot, problem = self.keeper.vllm, self.keeper.vllm_problem
-        if slot is None:
-            if problem is not None:
-                return VllmBody(state="failed", last_failure=VllmFailure.model_validate(problem))
+        or that does not fit ``VllmBody``, answers ``{"state": "error", "message"}``. ``source``: a
+        ``_vllm_source()`` already read (default: read it now)."""
+        kind, value = source if source is not None else self._vllm_source()
+        if kind == "none":
+            if value is not None:
+                return VllmBody(state="failed", last_failure=VllmFailure.model_validate(value))
             return VllmBody(state="not_configured")
+        if kind == "raised":
+            return VllmBody(state="error", message=f"vLLM slot snapshot failed: {type(value).__name__}: {value}")
         try:
-            return VllmBody.model_validate(slot.snapshot())
+            return VllmBody.model_validate(value)
         except ValidationError as exc:
             first = exc.errors()[0]
             return VllmBody(state="error", message=f"vLLM slot snapshot does not fit the API: {first['msg']} "
                                                    f"at {'.'.join(map(str, first['loc']))}")
-        except Exception as exc:
-            return VllmBody(state="error", message=f"vLLM slot snapshot failed: {type(exc).__name__}: {exc}")
 
-    def status(self) -> Status:
+    def status(self, vllm_source: tuple[str, Any] | None = None) -> Status:
         """``/v1/status``: ``{"agent", "channels", "note", "gpus", "host", "vllm", "tools"}``."""
         k = self.keeper
         ch = self.channels()
         return Status(agent=self.agent_info(), channels=ch.channels, note=ch.note, gpus=k.gpus, host=k.host_body,
-                      vllm=self.vllm_body(), tools=k.tools)
+                      vllm=self.vllm_body(vllm_source), tools=k.tools)
+
+    def status_bytes(self) -> tuple[bytes, frozenset[str]]:
+        """``render(self.status())`` and the secret set it is masked with, from the kept body when no source
+        changed: everything after ``agent`` is kept (``BodyCache`` route ``"status"``, keyed on the prober's
+        generation, the channels note, the GPU and tools generations and the vLLM source); ``agent`` (its
+        ``uptime_s`` moves) is rendered per request and spliced in front, the same bytes ``render`` writes."""
+        k, vsrc = self.keeper, self._vllm_source()
+        key = (k.prober.generation, k.channels_note, k.gpu_generation, k.tools_generation, vsrc)
+
+        def build() -> bytes:
+            whole = render(self.status(vsrc))
+            return whole[whole.index(b',"channels":'):]  # the agent object's end: no string holds a bare quote
+
+        rest, secrets = self.bodies.get("status", key, build)
+        agent = self.bodies.mask(render(self.agent_info()), secrets)
+        return b'{"agent":' + agent + rest, secrets
 
     def openapi(self) -> OpenApiDocument:
         """The OpenAPI 3.1 document (``conduit.daemon.agent.openapi``), made once."""
@@ -283,19 +315,31 @@ class Agent:
 
             return handler
 
+        def kept(route: str, key: Callable[[], Any], view: Callable[[Any], BaseModel]) -> Handler:
+            """A GET route answered from ``self.bodies``: ``view(key())`` rendered only when ``key()`` moved."""
+            async def handler(request: web.Request) -> web.StreamResponse:
+                k = key()
+                return masked_response(*self.bodies.get(route, k, lambda: render(view(k))))
+
+            return handler
+
+        async def status(request: web.Request) -> web.StreamResponse:
+            return masked_response(*self.status_bytes())
+
         k = self.keeper
         return {
             ("GET", "/v1/healthz"): get(self.healthz),
-            ("GET", "/v1/status"): get(self.status),
-            ("GET", "/v1/channels"): get(self.channels),
+            ("GET", "/v1/status"): status,
+            ("GET", "/v1/channels"): kept("channels", lambda: (k.prober.generation, k.channels_note),
+                                          lambda _: self.channels()),
             ("GET", "/v1/channels/{name}"): self._h_channel,
             ("POST", "/v1/channels/{name}/probe"): self._h_probe,
-            ("GET", "/v1/gpus"): get(lambda: k.gpus),
-            ("GET", "/v1/host"): get(lambda: k.host_body),
-            ("GET", "/v1/tools"): get(lambda: k.tools),
-            ("GET", "/v1/vllm"): get(self.vllm_body),
+            ("GET", "/v1/gpus"): kept("gpus", lambda: k.gpu_generation, lambda _: k.gpus),
+            ("GET", "/v1/host"): kept("host", lambda: k.gpu_generation, lambda _: k.host_body),
+            ("GET", "/v1/tools"): kept("tools", lambda: k.tools_generation, lambda _: k.tools),
+            ("GET", "/v1/vllm"): kept("vllm", self._vllm_source, self.vllm_body),
             ("POST", "/v1/vllm/{action}"): self._h_vllm,
-            ("GET", "/v1/openapi.json"): get(self.openapi),
+            ("GET", "/v1/openapi.json"): kept("openapi", lambda: None, lambda _: self.openapi()),
         }
 
     def _make_app(self) -> web.Application:

@@ -6,7 +6,7 @@ The work is elsewhere: the agent in ``conduit.daemon.agent.server``, the waiting
 
 Exit codes (DESIGN.md, pg_isready style): 0 ready, 1 not ready (timeout), 2 agent unreachable, 3 bad arguments.
 
-Import cost matters here: every command module is imported for every ``conduit`` command, so this module
+Import cost matters here: ``conduit status --json`` and ``conduit wait`` run in loops, so this module
 imports only typer (already loaded by the CLI) and two standard-library-only modules (``conduit.units``,
 ``conduit.daemon.agent.wait``) at the top; the agent (aiohttp, psutil, pynvml) loads only in
 ``conduit agent``, httpx only when a client is made, rich only for the table.
@@ -23,9 +23,11 @@ from typing import Any
 import typer
 
 from conduit.daemon.agent.wait import EXIT_READY, Conditions, wait_until
-from conduit.daemon.cli.app import app
+from conduit.daemon.cli.app import state
 from conduit.errors import BadArguments
 from conduit.units import format_bytes, parse_duration, parse_size
+
+commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
 # --------------------------------------------------------------------------------------------- table
 
@@ -161,7 +163,7 @@ def _bar(free: int | None, total: int | None, width: int = 20) -> str:
 SocketOpt = typer.Option(None, "--socket", help="The agent's socket (default: $XDG_RUNTIME_DIR/conduit/agent.sock).")
 
 
-@app.command("agent")
+@commands.command("agent")
 def agent_cmd(
     socket: Path = SocketOpt,
     profile: str = typer.Option(None, "--profile", help="Profile file (default: the usual lookup)."),
@@ -171,14 +173,12 @@ def agent_cmd(
 ) -> int:
     """Run the agent in the foreground: status API on a Unix socket, channel probes, GPU sampling."""
     from conduit.daemon.agent.server import AgentConfig, run_agent
-    from conduit.daemon.cli.app import state
-
     return run_agent(AgentConfig(socket_path=socket, profile_path=profile or state.profile,
                                  probe_interval_s=probe_interval,
                                  idle_timeout_s=idle_timeout))
 
 
-@app.command("status")
+@commands.command("status")
 def status_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the agent's /v1/status JSON."),
     socket: Path = SocketOpt,
@@ -189,10 +189,12 @@ def status_cmd(
         from conduit.daemon.cli import watch as live_view
 
         return live_view.run(socket, with_json=as_json)
-    from conduit.daemon.agent.client import AgentClient
+    status = _fast_status(socket) if not as_json else None
+    if status is None:  # the full client owns every error message (and `--json` comes here only as a fallback)
+        from conduit.daemon.agent.client import AgentClient
 
-    with AgentClient(socket) as client:
-        status = client.get("/v1/status")
+        with AgentClient(socket) as client:
+            status = client.get("/v1/status")
     if as_json:
         sys.stdout.write(json.dumps(status) + "\n")
     else:
@@ -200,10 +202,24 @@ def status_cmd(
     return EXIT_READY
 
 
+def _fast_status(socket: Path | None) -> dict[str, Any] | None:
+    """The agent's status over the standard-library path of ``conduit.daemon.cli.entry`` (no httpx), or None
+    on anything unexpected (the caller then asks through ``AgentClient``, which explains the failure)."""
+    from conduit.daemon.cli.entry import _socket_path, fast_status
+
+    path = str(socket) if socket is not None else _socket_path(["status", "--json"])
+    body = fast_status(path) if path else None
+    try:
+        doc = json.loads(body) if body is not None else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 ChannelOpt = typer.Option(None, "--channel", help="Wait for this channel to be healthy (repeatable).")
 
 
-@app.command("wait")
+@commands.command("wait")
 def wait_cmd(
     vram_free: str = typer.Option(None, "--vram-free", help="Wait for a GPU with this much free memory (20GiB; 1500000000B for bytes)."),
     gpu: str = typer.Option(None, "--gpu", help="Only this GPU (index or uuid) counts for --vram-free."),

@@ -1,24 +1,93 @@
-"""The root of the ``conduit`` command: the typer app and the options given before the command.
+"""The root of the ``conduit`` command: the typer app, the options given before the command, and the lazy
+root group that imports a command's module only when that command runs.
 
-Each noun's commands live in their own module, import ``app`` from here and register themselves on it;
-``conduit.daemon.cli.main`` imports them all and runs the app (so imports go one way: main -> commands -> app).
-The work is done in plain functions that tests call directly (STYLE.md habit 11). Exit codes (DESIGN.md): 0 ok/ready, 1 not ready or failed,
-2 agent unreachable, 3 bad arguments.
+Each noun's commands live in their own module (``commands = typer.Typer()`` there, its functions decorated on
+it); ``conduit.daemon.cli.commands.COMMANDS`` names the module and the help line of every top-level command.
+``conduit --help`` lists them from that table without importing any of them, and ``conduit sync`` imports only
+``conduit.daemon.cli.sync`` (so not the bench, agent, vLLM or planner code, and not httpx or aiohttp). Imports
+go one way: main -> app -> commands (a table); a command module imports ``state`` from here. The work is done
+in plain functions that tests call directly (STYLE.md habit 11). Exit codes (DESIGN.md): 0 ok/ready, 1 not ready
+or failed, 2 agent unreachable, 3 bad arguments.
 """
 
 from __future__ import annotations
 
+import importlib
+from difflib import get_close_matches
+
 import typer
+import typer.core
+
+# typer >= 0.26 vendors click: its groups and commands are these classes (no separate `click` needed).
+from typer._click import Command, Context, HelpFormatter
+from typer._click.exceptions import UsageError
+
+from conduit.daemon.cli.commands import COMMANDS, Entry
+
+EXIT_BAD_ARGS = 3
+
+
+def load_command(name: str, entry: Entry) -> Command:
+    """The click command (or group) ``name`` built from ``conduit.daemon.cli.<entry.module>.commands``.
+
+    Imports that module (and so whatever it imports). Raises KeyError when the module does not define
+    ``name`` (a stale ``COMMANDS`` line: tests/test_cli_start.py loads every one).
+    """
+    module = importlib.import_module(f"conduit.daemon.cli.{entry.module}")
+    return typer.main.get_group(module.commands).commands[name]
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """The root group: commands named in ``COMMANDS`` are imported on first use.
+
+    While its own help is formatted, a command not yet loaded is listed through a stand-in carrying only the
+    table's help line, so ``conduit --help`` imports no command module.
+    """
+
+    _listing = False
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        """Commands already built, then the table's, in the table's order."""
+        return [*self.commands, *(n for n in COMMANDS if n not in self.commands)]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        """The command ``cmd_name`` (importing its module), or None when there is no such command."""
+        cmd = self.commands.get(cmd_name)
+        entry = COMMANDS.get(cmd_name)
+        if cmd is not None or entry is None:
+            return cmd
+        if self._listing:
+            return typer.core.TyperCommand(cmd_name, help=entry.help)
+        cmd = self.commands[cmd_name] = load_command(cmd_name, entry)
+        return cmd
+
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
+        """typer's resolution, with its "Did you mean" drawn from every command, loaded or not."""
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches and "Did you mean" not in exc.message:
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
+
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
+        """The root help, listing every command from the table without importing it."""
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="conduit",
+    cls=LazyGroup,
     help="One profile for every AI coding tool, and a watch on the local inference server.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-EXIT_BAD_ARGS = 3
 
 
 class _State:

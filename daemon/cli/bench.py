@@ -33,8 +33,10 @@ from conduit.daemon.bench.prompts import PromptSource
 from conduit.daemon.bench.runner import BenchConfig, run_sweep
 from conduit.daemon.bench.stats import LevelStats, RequestResult, parse_percentiles, parse_slos
 from conduit.daemon.bench.wire import Endpoint
-from conduit.daemon.cli.app import app, state
+from conduit.daemon.cli.app import state
 from conduit.units import parse_duration
+
+commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
 T = TypeVar("T")
 
@@ -192,7 +194,7 @@ def run_bench(o: BenchOptions) -> int:
 _Opt = typer.Option
 
 
-@app.command()
+@commands.command()
 def bench(
     base_url: Annotated[str | None, _Opt(help="OpenAI: <root>/v1; Anthropic: the root.")] = None,
     protocol: Annotated[str, _Opt(help="openai or anthropic.")] = "openai",

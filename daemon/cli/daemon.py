@@ -1,7 +1,7 @@
-"""CLI: ``conduit daemon``, ``conduit key rotate CHANNEL``, ``conduit service install`` (thin: parse, call, print).
+"""CLI: ``conduit daemon`` and ``conduit service install`` (thin: parse, call, print).
 
-The work is in ``conduit.daemon.sync.syncd`` (the daemon), ``conduit.daemon.sync.rotate`` (rotation) and
-``install_units`` below (systemd user units).
+The work is in ``conduit.daemon.sync.syncd`` (the daemon) and ``install_units`` below (systemd user units);
+``conduit key rotate`` lives with the other key commands in ``conduit.daemon.cli.key``.
 """
 
 from __future__ import annotations
@@ -15,21 +15,22 @@ from pathlib import Path
 
 import typer
 
-from conduit.daemon.cli.app import app, state
-from conduit.daemon.cli.key import key_app, read_key_input
+from conduit.daemon.cli.app import state
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import load_profile
-from conduit.errors import ConduitError, KeyError_
+from conduit.errors import ConduitError
+
+commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
 UNITS = ("conduit-sync.service", "conduit-agent.service")
 TEMPLATE_EXEC = "ExecStart=/usr/bin/env conduit "
 
 
-@app.command("daemon")
+@commands.command("daemon")
 def daemon_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log every file event and each diff (masked)."),
     debounce_ms: int = typer.Option(50, "--debounce-ms", min=0, max=10_000,
-                                    help="Quiet time after a burst of file events before syncing (ms)."),
+                                    help="Quiet time before re-reading a profile that did not parse: a save in progress (ms)."),
 ) -> int:
     """Watch the profile, its key files and the tools' files; keep every tool in sync (runs until stopped)."""
     from conduit.daemon.sync.syncd import run_daemon  # lazy for start-up speed: watchdog, only this command
@@ -37,31 +38,8 @@ def daemon_cmd(
     return run_daemon(state.profile, verbose=verbose, debounce_s=debounce_ms / 1000)
 
 
-@key_app.command("rotate")
-def rotate_cmd(
-    channel: str = typer.Argument(..., help="The channel whose key to replace."),
-    extra: list[str] | None = typer.Argument(None, hidden=True, show_default=False),
-    force: bool = typer.Option(False, "--force", help="Store the key even when the gateway rejects it (401/403) "
-                               "or cannot be reached."),
-    wait: float = typer.Option(15.0, "--wait", help="Seconds to wait for a running daemon to propagate it."),
-) -> int:
-    """Replace CHANNEL's key everywhere: reads the new key from stdin, checks it, stores it, syncs every tool."""
-    from conduit.daemon.sync.rotate import rotate_key  # lazy for start-up speed: httpx, only this command
-
-    if extra:
-        raise KeyError_("`conduit key rotate` takes no key on the command line (it would land in shell history "
-                        "and `ps`); nothing was stored",
-                        f"pipe it in: `conduit key rotate {channel} < KEYFILE`, and consider that key exposed")
-    result = rotate_key(channel, read_key_input(channel), profile_path=state.profile, force=force, wait_s=wait)
-    for line in result.lines:
-        typer.echo(line)
-    if result.report is not None and not result.report.ok:
-        return 1
-    return 0 if result.propagated or result.stored is None else 1
-
-
 service_app = typer.Typer(name="service", help="Install conduit's systemd user units.", no_args_is_help=True)
-app.add_typer(service_app, name="service")
+commands.add_typer(service_app, name="service")
 
 
 @dataclass

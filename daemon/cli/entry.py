@@ -15,8 +15,6 @@ import os
 import socket
 import sys
 
-from conduit.daemon.agent.trust import socket_problem
-
 
 def _socket_path(argv: list[str]) -> str | None:
     """The socket for ``status --json [--socket PATH]``, or None when argv is anything else."""
@@ -46,6 +44,9 @@ def fast_status(path: str, timeout_s: float = 5.0) -> bytes | None:
     error, a socket that ``conduit.daemon.agent.trust.socket_problem`` refuses) returns None rather than being
     interpreted here.
     """
+    # lazy for start-up speed: only this path needs the agent package (standard library only, ~1 ms)
+    from conduit.daemon.agent.trust import socket_problem
+
     if socket_problem(path) is not None:
         return None
     try:

@@ -1,5 +1,5 @@
-"""``conduit key``: store, list and remove keys in conduit's own secrets file (thin; the work is in
-``conduit.daemon.config.secrets``).
+"""``conduit key``: store, list, remove and rotate keys in conduit's own secrets file (thin; the work is in
+``conduit.daemon.config.secrets`` and, for ``rotate``, ``conduit.daemon.sync.rotate``).
 
 ``conduit key set NAME`` reads the key from stdin when stdin is not a terminal (``pass show x | conduit key set
 x``, ``conduit key set x < file``), else from a prompt that does not echo. It never takes the key as an
@@ -15,18 +15,20 @@ from typing import Annotated
 
 import typer
 
-from conduit.daemon.cli.app import app
+from conduit.daemon.cli.app import state
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.secrets import key_list, key_rm, key_set, looks_like_key
 from conduit.errors import KeyError_
 from conduit.fileio import KEY_MAX_BYTES
+
+commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
 key_app = typer.Typer(
     name="key",
     help="Store, list and remove keys in conduit's secrets file (~/.config/conduit/secrets.toml, mode 0600).",
     no_args_is_help=True,
 )
-app.add_typer(key_app, name="key")
+commands.add_typer(key_app, name="key")
 
 
 def read_key_input(name: str) -> str:
@@ -88,3 +90,26 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable
 def rm(name: Annotated[str, typer.Argument(help="Secret name to remove.")]) -> None:
     """Remove the key stored under NAME."""
     typer.echo(key_rm(name))
+
+
+@key_app.command("rotate")
+def rotate_cmd(
+    channel: str = typer.Argument(..., help="The channel whose key to replace."),
+    extra: list[str] | None = typer.Argument(None, hidden=True, show_default=False),
+    force: bool = typer.Option(False, "--force", help="Store the key even when the gateway rejects it (401/403) "
+                               "or cannot be reached."),
+    wait: float = typer.Option(15.0, "--wait", help="Seconds to wait for a running daemon to propagate it."),
+) -> int:
+    """Replace CHANNEL's key everywhere: reads the new key from stdin, checks it, stores it, syncs every tool."""
+    from conduit.daemon.sync.rotate import rotate_key  # lazy for start-up speed: httpx, only this command
+
+    if extra:
+        raise KeyError_("`conduit key rotate` takes no key on the command line (it would land in shell history "
+                        "and `ps`); nothing was stored",
+                        f"pipe it in: `conduit key rotate {channel} < KEYFILE`, and consider that key exposed")
+    result = rotate_key(channel, read_key_input(channel), profile_path=state.profile, force=force, wait_s=wait)
+    for line in result.lines:
+        typer.echo(line)
+    if result.report is not None and not result.report.ok:
+        return 1
+    return 0 if result.propagated or result.stored is None else 1

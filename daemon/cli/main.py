@@ -1,4 +1,5 @@
-"""The ``conduit`` command line: registers every command module, runs the app, maps errors to exit codes.
+"""The ``conduit`` command line: runs the app (whose root group imports a command's module only when it
+runs: ``conduit.daemon.cli.app``), maps errors to exit codes.
 
 Exit codes (DESIGN.md): 0 ok/ready, 1 not ready or failed, 2 agent unreachable, 3 bad arguments. No
 traceback reaches a person unless ``CONDUIT_DEBUG`` is set.
@@ -16,7 +17,6 @@ import sys
 
 import typer
 
-from conduit.daemon.cli import commands  # noqa: F401  (each command module registers itself on `app`)
 from conduit.daemon.cli.app import EXIT_BAD_ARGS, app
 from conduit.daemon.config.redaction import REDACTOR, learn_flags
 from conduit.errors import ConduitError

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conduit.daemon.agent.gpu import GpuProbe, default_probe
-from conduit.daemon.cli.app import app, state
+from conduit.daemon.cli.app import state
 from conduit.daemon.plan.errors import PlanArgumentError
 from conduit.daemon.plan.fragmentation import fragmentation, parse_lengths
 from conduit.daemon.plan.ledger import Verdict, plan
@@ -28,6 +28,8 @@ from conduit.daemon.plan.model import inspect_model
 from conduit.daemon.plan.settings import settings_from_vllm_section
 from conduit.errors import ConduitError
 from conduit.units import format_bytes, parse_size
+
+commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
 _EXPLICIT_BUDGET = ("cpu_kvcache_space_bytes", "cpu_kv_space", "kv_cache_memory_bytes", "gpu_memory_bytes",
                     "gpu_memory")
@@ -165,7 +167,7 @@ def render(result: Mapping[str, Any], console: Console) -> None:
         console.print(f"  {used:,} tokens in requests of {', '.join(map(str, frag['lengths']))}")
 
 
-@app.command("plan")
+@commands.command("plan")
 def plan_command(
     model: str | None = typer.Argument(None, help="Model directory, or org/name in the local Hugging Face cache."),
     device: str | None = typer.Option(

@@ -14,23 +14,22 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape as esc
-from rich.syntax import Syntax
-from rich.table import Table
 
 from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env
 from conduit.adapters.registry import ADAPTERS
-from conduit.daemon.cli.app import app, state
+from conduit.daemon.cli.app import state
 from conduit.daemon.config import paths
 from conduit.daemon.config.edit import use_model
 from conduit.daemon.config.profile import did_you_mean, load_profile
 from conduit.daemon.config.redaction import REDACTOR, redact_data
-from conduit.daemon.sync.doctor import doctor as build_doctor
 from conduit.daemon.sync.engine import SyncReport, sync
 from conduit.daemon.sync.init import TEMPLATES, init_profile, starter_text
 from conduit.daemon.sync.lock import running_daemon_pid
 from conduit.daemon.sync.state import read_state, record_report, write_state
 from conduit.errors import BadArguments
+
+commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -39,7 +38,7 @@ _STYLE = {"changed": "green", "unchanged": "dim", "error": "red", "not_found": "
           "disabled": "dim", "in_sync": "green", "drifted": "yellow", "not_managed": "dim", "not_synced": "yellow"}
 
 
-@app.command()
+@commands.command()
 def init(
     template: str = typer.Option("hosted", help=f"Starter profile: {', '.join(TEMPLATES)}."),
     force: bool = typer.Option(False, "--force", help="Replace an existing profile (a .bak copy is kept)."),
@@ -63,7 +62,7 @@ def init(
     return 0
 
 
-@app.command("sync")
+@commands.command("sync")
 def sync_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diffs; write nothing."),
     tool: list[str] = typer.Option(None, "--tool", help="Only this tool (repeatable)."),
@@ -125,20 +124,31 @@ def _print_sync(report: SyncReport, dry_run: bool) -> None:
             out.print(f"  {REDACTOR(t.message)}", markup=False, soft_wrap=True)
         for r in t.results:
             if r.diff:
-                out.print(Syntax(r.diff, "diff", theme="ansi_dark", word_wrap=True))
+                out.print(_diff(r.diff))
             for n in r.notices:
                 out.print(f"  {r.label or r.path.name}: {n}", markup=False)
         if t.restart_hint and not dry_run:
             out.print(f"  [dim]restart may be needed: {esc(t.restart_hint)}[/]")
 
 
-@app.command("doctor")
+def _diff(diff: str) -> Any:
+    """A unified diff, coloured (rich's Syntax, imported here: pygments costs a no-op sync ~10 ms)."""
+    from rich.syntax import Syntax
+
+    return Syntax(diff, "diff", theme="ansi_dark", word_wrap=True)
+
+
+@commands.command("doctor")
 def doctor_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
     live: bool = typer.Option(False, "--live", help="Also probe every channel now, read GPU memory and processes, "
                               "the vLLM state and its prefix-cache hit rate. Exit 0 only when all is healthy."),
 ) -> int:
     """Per tool: file found, version, in sync or drifted, higher-precedence overrides, restart needs."""
+    from rich.table import Table  # lazy for start-up speed, like the two below: only this command
+
+    from conduit.daemon.sync.doctor import doctor as build_doctor
+
     report = build_doctor(state.profile, Env())
     if live:
         from conduit.daemon.agent.live import live_report
@@ -164,7 +174,7 @@ def doctor_cmd(
     for t in report["tools"].values():
         if t.get("diff"):
             out.print(f"[bold]{t['display']}[/] differs from the profile:")
-            out.print(Syntax(t["diff"], "diff", theme="ansi_dark", word_wrap=True))
+            out.print(_diff(t["diff"]))
     for w in report["warnings"]:
         out.print(f"[yellow]warning[/] {esc(w)}", soft_wrap=True)
     if live:
@@ -173,6 +183,8 @@ def doctor_cmd(
 
 
 def _print_live(live: dict[str, Any]) -> None:
+    from rich.table import Table  # lazy for start-up speed: `conduit sync` prints no table
+
     out.print(f"[bold]live checks[/] (via {'the agent' if live['source'] == 'agent' else 'direct probes'})")
     table = Table("channel", "protocol", "verdict", "latency", "details")
     for name, ch in (live.get("channels") or {}).items():
@@ -211,7 +223,7 @@ def _print_live(live: dict[str, Any]) -> None:
     out.print("[green]live: healthy[/]" if live["ok"] else "[red]live: not healthy[/]")
 
 
-@app.command("use")
+@commands.command("use")
 def use_cmd(
     model: str = typer.Argument(..., help="The model every tool should use."),
     channel: str | None = typer.Option(None, "--channel", help="Also switch every tool to this channel."),
@@ -230,7 +242,7 @@ def use_cmd(
     return 0 if report.ok else 1
 
 
-@app.command("restore")
+@commands.command("restore")
 def restore_cmd(
     tool: str = typer.Argument(..., help=f"Tool whose files to restore: {', '.join(ADAPTERS)}."),
     list_only: bool = typer.Option(False, "--list", help="List the backups instead of restoring."),
@@ -242,6 +254,8 @@ def restore_cmd(
         raise BadArguments(f"unknown tool `{tool}`", did_you_mean(tool, ADAPTERS))
     store = BackupStore(paths.backups_dir())
     if list_only:
+        from rich.table import Table  # lazy for start-up speed: `conduit sync` prints no table
+
         backups = store.list(tool)
         if as_json:
             out.print_json(json.dumps({"tool": tool, "backups": [
@@ -262,7 +276,7 @@ def restore_cmd(
     return 0
 
 
-@app.command("demo")
+@commands.command("demo")
 def demo_cmd(keep: bool = typer.Option(False, "--keep", help="Keep the temporary HOME afterwards.")) -> int:
     """Run the main job end to end in a throwaway HOME (real-format configs of all three tools)."""
     from conduit.daemon.cli.demo import run_demo

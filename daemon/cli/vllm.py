@@ -24,7 +24,7 @@ from rich.console import Console
 from conduit.daemon.agent.client import AgentClient, AgentError
 from conduit.daemon.agent.gpu import default_probe, memory_by_index
 from conduit.daemon.cli.agent import vllm_lines
-from conduit.daemon.cli.app import app, state
+from conduit.daemon.cli.app import state
 from conduit.daemon.config import paths
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.vllm import VllmSettings
@@ -34,9 +34,11 @@ from conduit.errors import ConduitError
 from conduit.redact import mask_key_flags
 from conduit.units import parse_duration
 
+commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
+
 vllm_app = typer.Typer(help="Supervise the local vLLM server described by the profile's vllm table.",
                        no_args_is_help=True)
-app.add_typer(vllm_app, name="vllm")
+commands.add_typer(vllm_app, name="vllm")
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)

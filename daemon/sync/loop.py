@@ -1,11 +1,18 @@
-"""The sync daemon's loop: one thread that turns debounced file events into syncs, in order.
+"""The sync daemon's loop: one thread that turns file events into syncs, in order, on the leading edge.
 
 watchdog's observer threads only put paths on a ``queue.Queue``; ``SyncDaemon.run_loop`` does everything else,
 so two syncs never overlap. Nothing polls: an idle daemon sleeps in ``queue.get()`` and inotify. Under
 systemd's watchdog (``WatchdogSec=``) the wait has a timeout of the ping interval and every step of the loop
 reports progress (``conduit.daemon.sync.progress``): a loop that is stuck stops pinging and gets restarted.
 
-What one event batch does (events are debounced: ``debounce_s`` of quiet, at most ``max_delay_s``):
+Leading edge, then coalescing (issue 15): the first event of a burst is handled at once, with whatever else
+is already queued; events that arrive while a batch is handled wait in the queue and become exactly one more
+batch after it. So one save costs one sync, and a burst ends in exactly the last state: any event that arrives
+after a sync started reading the profile brings one more read. A profile that does not parse may be a save in
+progress (truncated, renamed away): then the loop waits for the burst to settle (``debounce_s`` of quiet, at
+most ``max_delay_s``) and reads it again before it calls it an error.
+
+What one event batch does:
 
 1. **Profile or key file changed** -> re-read the profile. Invalid: nothing is written, the error is logged once
    and recorded in the state file, the last good profile stays in force. Valid (and different, or a key file
@@ -59,9 +66,10 @@ __all__ = ["DEBOUNCE_S", "MAX_DELAY_S", "DaemonOptions", "SyncDaemon"]
 log = logging.getLogger("conduit.daemon")
 
 DEBOUNCE_S = 0.05
-"""Quiet time (seconds) after the last event of a burst before the daemon acts on it."""
+"""Quiet time (seconds) the loop waits for before it re-reads a profile that did not parse (never before a
+first sync: that one is on the leading edge)."""
 MAX_DELAY_S = 0.5
-"""Longest time (seconds) a continuous burst of events may postpone a sync."""
+"""Longest time (seconds) a continuous burst of events may postpone that re-read."""
 
 _STOP = object()
 _RESYNC = object()
@@ -73,8 +81,8 @@ class DaemonOptions:
 
     Attributes:
         profile: profile path (None: ``CONDUIT_PROFILE`` or the default).
-        debounce_s: quiet time after a burst of events, seconds.
-        max_delay_s: longest a burst may postpone a sync, seconds.
+        debounce_s: quiet time before re-reading a profile that did not parse, seconds.
+        max_delay_s: longest a burst may postpone that re-read, seconds.
         env: where tools' files are found (default: this process's environment).
         backups: where the writer keeps backups (default: the state directory).
     """
@@ -146,7 +154,7 @@ class SyncDaemon:
     # -- the loop --------------------------------------------------------------------------------------
 
     def run_loop(self) -> None:
-        """First sync, READY=1, then handle debounced event batches until stopped.
+        """First sync, READY=1, then handle event batches until stopped.
 
         The only thread that syncs, re-watches (``Watcher.watch``) and reports progress (``self.progress``)."""
         self.watcher.start()
@@ -171,8 +179,11 @@ class SyncDaemon:
             self.watcher.stop()
 
     def _next_batch(self) -> bool:
-        """Wait for an event (idle: at most the watchdog interval, or forever when the watchdog is off),
-        handle its burst; False when the daemon is to stop."""
+        """Wait for an event (idle: at most the watchdog interval, or forever when the watchdog is off), then
+        handle it at once with whatever else is already queued; False when the daemon is to stop.
+
+        Leading edge: the first event of a burst is handled immediately. Events that arrive while it is
+        handled stay queued, so the next call takes all of them as one batch: one more sync, never fewer."""
         try:
             item = self.queue.get(timeout=self.progress.interval_s)
         except queue.Empty:  # only with the watchdog on: an idle loop that still runs
@@ -180,7 +191,8 @@ class SyncDaemon:
             return True
         if item is _STOP:
             return False
-        batch, stopping = self._collect(item)
+        batch = {item}
+        stopping = self._drain(batch)
         self.progress.begin()
         try:
             self._handle(batch)
@@ -188,43 +200,62 @@ class SyncDaemon:
             log.exception("unexpected error while handling changes; the daemon keeps running")
         finally:
             self.progress.end()
-        return not stopping
+        return not (stopping or _STOP in batch)
 
-    def _collect(self, first: object) -> tuple[set[object], bool]:
-        """The burst that starts with ``first``: until ``debounce_s`` of quiet or ``max_delay_s`` in all."""
-        batch = {first}
-        deadline = time.monotonic() + self.options.max_delay_s
+    def _drain(self, batch: set[object]) -> bool:
+        """Move every event already queued into ``batch`` (no waiting); True when a stop was among them."""
         while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                batch.add(_STOP)
+                return True
+            batch.add(item)
+
+    def _settle(self, batch: set[object]) -> None:
+        """Wait for the burst to end (``debounce_s`` of quiet, at most ``max_delay_s``), adding its events to
+        ``batch``: a profile that does not parse may be an editor's save in progress (truncated, renamed away)."""
+        deadline = time.monotonic() + self.options.max_delay_s
+        while _STOP not in batch:
             wait = min(self.options.debounce_s, deadline - time.monotonic())
             if wait <= 0:
-                return batch, False
+                return
             try:
-                item = self.queue.get(timeout=wait)
+                batch.add(self.queue.get(timeout=wait))
             except queue.Empty:
-                return batch, False
-            if item is _STOP:
-                return batch, True
-            batch.add(item)
+                return
+            self.progress.tick()
 
     def _handle(self, batch: set[object]) -> None:
         files = {p for p in batch if isinstance(p, Path)}
         for p in sorted(files):
             log.debug("event: %s", p)
-        if _RESYNC in batch or files & ({self.profile_path} | self.key_files):
+        touched = bool(_RESYNC in batch or files & ({self.profile_path} | self.key_files))
+        if touched:
             self._reload_and_sync(trigger="key" if not files & {self.profile_path} else "profile",
-                                  force=_RESYNC in batch or bool(files & self.key_files))
+                                  force=_RESYNC in batch or bool(files & self.key_files), batch=batch)
+            files = {p for p in batch if isinstance(p, Path)}  # with the events a settle wait added
         tool_events: dict[str, set[Path]] = {}
         for name, track in self.tracks.items():
             hit = files & set(track.files)
             if hit:
                 tool_events[name] = hit
         if tool_events and self.profile is not None:
-            self._check_tools(self.profile, tool_events)
-        self._save_state()
+            touched = self._check_tools(self.profile, tool_events) or touched
+        if touched:  # only conduit's own writes seen: the state file already says everything
+            self._save_state()
 
     # -- profile and full syncs ------------------------------------------------------------------------
 
-    def _reload_and_sync(self, *, trigger: str, force: bool) -> None:
+    def _reload_and_sync(self, *, trigger: str, force: bool, batch: set[object] | None = None) -> None:
+        """Re-read the profile; a valid one that changed (or ``force``) is synced to every tool.
+
+        One that does not parse, read while events are being handled (``batch``), is read again once the
+        burst has settled (``_settle``), so an editor's half-done save is not reported as an error; a
+        parseable half-written one is applied, and the events of the rest of the save (queued meanwhile)
+        bring the follow-up sync that applies the whole file."""
         try:  # a FIFO or /dev/zero must not hang the loop: load_profile below says what is wrong with it
             text = read_regular_file(self.profile_path, max_bytes=PROFILE_MAX_BYTES,
                                      what="profile").decode("utf-8", "replace")
@@ -236,6 +267,11 @@ class SyncDaemon:
         try:
             loaded = load_profile(self.profile_path)
         except ConduitError as exc:
+            if batch is not None:
+                self._settle(batch)
+                if _STOP not in batch:
+                    self._reload_and_sync(trigger=trigger, force=force)
+                    return
             self._profile_failed(str(exc))
             return
         if self.profile_error is not None:
@@ -324,9 +360,10 @@ class SyncDaemon:
 
     # -- drift -----------------------------------------------------------------------------------------
 
-    def _check_tools(self, profile: LoadedProfile, events: dict[str, set[Path]]) -> None:
+    def _check_tools(self, profile: LoadedProfile, events: dict[str, set[Path]]) -> bool:
         """Tool files changed: a tool whose last sync failed is synced again (the change may have fixed it);
-        the others are dry-run synced to tell drift from nothing."""
+        the others are dry-run synced to tell drift from nothing. False when every event was conduit's own
+        write (nothing to record)."""
         suspects = []
         for name, hit in events.items():
             if self.tracks[name].unchanged(hit):
@@ -344,6 +381,7 @@ class SyncDaemon:
             dry = sync(profile, tools=checks, env=self.env, dry_run=True, resolver=self.resolver)
             for tr in dry.tools:
                 self._drift(profile, tr)
+        return bool(suspects)
 
     def _drift(self, profile: LoadedProfile, dry: ToolReport) -> None:
         """Record (and with ``reapply``, undo) what a dry-run sync of one tool found."""

@@ -2,7 +2,7 @@
 
 The parts, one responsibility each:
 
-- ``conduit.daemon.sync.loop``: the loop (``SyncDaemon``): debounced events -> syncs, drift checks, state file.
+- ``conduit.daemon.sync.loop``: the loop (``SyncDaemon``): events -> syncs (leading edge), drift checks, state file.
 - ``conduit.daemon.sync.drift``: conduit's own writes versus drift, the re-apply budget.
 - ``conduit.daemon.sync.logs``: stderr logging, keys masked by the kernel's ``Redactor``, journald levels.
 - ``conduit.daemon.sync.lock``: one daemon per user (``state_dir()/daemon.lock``).
@@ -91,7 +91,7 @@ def run_daemon(profile: str | None = None, *, verbose: bool = False, debounce_s:
     Args:
         profile: the profile path (None: ``CONDUIT_PROFILE`` or the default).
         verbose: log events and diffs (DEBUG).
-        debounce_s: quiet time after a burst of events before syncing, seconds.
+        debounce_s: quiet time before re-reading a profile that did not parse (a save in progress), seconds.
     Raises:
         ConduitError: another daemon is already running for this user.
     """
