@@ -188,3 +188,26 @@ def test_init_print_is_verbatim_toml(temp_home: Path) -> None:
                            env=dict(os.environ, HOME=str(temp_home), COLUMNS="60"), timeout=60)
         assert r.returncode == 0, r.stderr
         tomllib.loads(r.stdout)  # no line wrapped by the terminal width
+
+
+def test_init_from_a_tool_without_a_key_points_at_the_secret_and_never_writes_a_placeholder(temp_home: Path) -> None:
+    """A new user's pass: a Claude Code file with a gateway but no key. The proposal names the secret to store;
+    until it is stored, sync says so and writes nothing (never the `no-key-needed` placeholder)."""
+    doc = {"permissions": {"allow": ["Read(*)"]}, "env": {"ANTHROPIC_BASE_URL": "https://old.example.com/api"}}
+    claude_settings(temp_home, doc)
+    before = snapshot(temp_home)
+    r = conduit(temp_home, "init")
+    assert r.returncode == 0, r.stderr
+    text = (temp_home / ".config" / "conduit" / "profile.toml").read_text()
+    assert 'secret = "gateway"' in text
+    assert "conduit key set gateway" in r.stdout and "MODEL-NAME" in r.stdout
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 1 and "run `conduit key set gateway`" in r.stdout + r.stderr, r.stdout + r.stderr
+    no_traceback(r)
+    assert (temp_home / ".claude" / "settings.json").read_bytes() == before[temp_home / ".claude" / "settings.json"]
+    r = conduit(temp_home, "key", "set", "gateway", stdin="sk-live-0123456789abcdef\n")
+    assert r.returncode == 0, r.stderr
+    r = conduit(temp_home, "use", "claude-sonnet-4-20250514")
+    assert r.returncode == 0, r.stderr
+    env = json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "sk-live-0123456789abcdef"

@@ -346,6 +346,19 @@ def test_the_next_daemon_removes_the_temp_files_a_killed_one_left(temp_home: Pat
 # --------------------------------------------------------------------------- one redaction: a canary key
 
 
+def _wait_quiet(d: Daemon, quiet_s: float = 1.0, timeout_s: float = 30.0) -> None:
+    """Wait until the daemon's log has not grown for ``quiet_s`` seconds (bounded by ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    size, since = len(d.log()), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        if time.monotonic() > deadline:
+            raise AssertionError("the daemon's log never went quiet")
+        time.sleep(0.05)
+        now = len(d.log())
+        if now != size:
+            size, since = now, time.monotonic()
+
+
 CANARY = "sk-canary-7f3a9c2e5b1d4086aa"
 CANARY2 = "sk-canary-rotated-0c9e8d7f6a5b"
 
@@ -380,6 +393,9 @@ def test_a_canary_key_reaches_no_log_line_and_not_the_state_file(temp_home: Path
 
         # the batch is over (state saved after it): a write now is another program's, not part of the sync
         wait_for(lambda: read_state(temp_home)["last_sync"]["trigger"] == "key", what="the key sync's end")
+        # the key file's save was several events: the follow-up sync they coalesce into re-applies the key, so
+        # wait until the daemon's log has been quiet for a second before another program writes
+        _wait_quiet(d)
         settings = temp_home / ".claude" / "settings.json"
         settings.write_text(settings.read_text().replace(CANARY2, CANARY))  # drift: the old key is back
 

@@ -55,7 +55,11 @@ def init(
     out.print(f"wrote {path}")
     for note in notes:
         out.print(f"  {note}", markup=False)
-    if any(n.startswith("moved ") for n in notes):
+    missing = [n.split("`")[1] for n in notes if n.startswith("no key found for channel `")]
+    if missing:
+        out.print(f"next: store the key with `conduit key set {missing[0]}` (reads stdin), then "
+                  "`conduit sync --dry-run`.")
+    elif any(n.startswith("moved ") for n in notes) or "conduit init" in text.splitlines()[0]:
         out.print("next: `conduit sync --dry-run` to see what would change.")
     else:
         out.print("next: store the key with `conduit key set NAME` (reads stdin), then `conduit sync --dry-run`.")

@@ -100,6 +100,14 @@ def propose(found: list[Proposal], secrets: SecretsStore | None, notes: list[str
     doc.add("version", 1)
     first = next(iter(channels))
     main_model = next((f.model for f in found if f.model), None) or "MODEL-NAME"
+    if main_model == "MODEL-NAME":
+        notes.append("no model found in the tools' settings: replace `MODEL-NAME` in the profile with a model your "
+                     "gateway serves before syncing")
+    for name, c in channels.items():
+        if not c.key:  # point at the secrets file anyway: a sync then says the key is missing, never writes none
+            c.key = name
+            notes.append(f"no key found for channel `{name}`: store it with `conduit key set {name}` (reads stdin); "
+                         "remove its `key` line if the gateway needs none")
     doc.add("channel", first)
     doc.add("model", main_model)
     chans = tomlkit.table(is_super_table=True)
