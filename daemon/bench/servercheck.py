@@ -12,7 +12,8 @@ scrapes around a level covers that level's requests (and any other traffic). A l
 - other traffic: the server saw over 10 % (and at least 2) more requests than the client sent, so its
   numbers, and the level's share of the server, are not the client's;
 - client-bound: the client's event-loop thread was busy for at least 90 % of the level's wall time: the
-  client, not the server, may have set the pace.
+  client, not the server, may have set the pace. A level shorter than 0.5 s is not judged: its few
+  milliseconds of start-up work (or requests refused at once) make the ratio noise, not a finding.
 
 A server without ``/metrics`` (not a vLLM) is checked on the client's CPU alone.
 """
@@ -34,6 +35,7 @@ BURST_RATIO = 0.5
 BURST_MIN_ITL_S = 0.0005
 OTHER_TRAFFIC = 0.10
 CLIENT_BUSY = 0.90
+CLIENT_MIN_WALL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,9 @@ def compare(before: ServerSample | None, after: ServerSample | None, lv: LevelSt
 
 
 def check_client(lv: LevelStats, cpu_s: float) -> None:
-    """Mark ``lv`` when the client's event-loop thread used ``cpu_s`` >= 90 % of the level's wall time."""
+    """Mark ``lv`` when the client's event-loop thread used ``cpu_s`` (seconds) >= 90 % of the level's wall
+    time; a level under ``CLIENT_MIN_WALL_S`` is recorded but not judged."""
     lv.client_cpu_s = cpu_s
-    if lv.wall_s > 0 and cpu_s >= CLIENT_BUSY * lv.wall_s:
+    if lv.wall_s >= CLIENT_MIN_WALL_S and cpu_s >= CLIENT_BUSY * lv.wall_s:
         lv.marks.append(f"client-bound: the client was busy {cpu_s / lv.wall_s:.0%} of the level's "
                         f"{lv.wall_s:.1f} s, so it may have set the pace rather than the server")
