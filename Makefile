@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint clean
+.PHONY: setup demo test test-fast test-tools lint clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,13 +36,18 @@ lint: setup
 # green on a quiet machine (under load, some of the timing-bounded fault tests missed their bounds). The
 # real-vLLM tier always runs serially: its servers use both cores.
 PYTEST_WORKERS ?= 0
-FAST := $(BIN)/python -m pytest -q -m "not vllm" -n $(PYTEST_WORKERS) --dist loadgroup
+FAST := $(BIN)/python -m pytest -q -m "not vllm and not realtools" -n $(PYTEST_WORKERS) --dist loadgroup
 
-# Everything: the fast tier in parallel, then the real-vLLM tier (which builds or reuses its venv outside
-# the repo) serially.
+# Everything: the fast tier, then the real-vLLM tier (which builds or reuses its venv outside the repo),
+# then the real-tool tier (which installs or reuses the seven tools outside the repo), each serially.
 test: lint
 	$(FAST)
 	$(BIN)/python -m pytest -q -m vllm
+	$(BIN)/python -m pytest -q -m realtools
+
+# The real-tool tier alone.
+test-tools: setup
+	$(BIN)/python -m pytest -q -m realtools
 
 # Without the real-vLLM tier.
 test-fast: lint
