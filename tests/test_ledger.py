@@ -209,20 +209,24 @@ def _apply(settings: dict[str, Any], fix: L.Fix) -> dict[str, Any]:
     return out
 
 
+LLAMA31_8B = dict(LLAMA3_8B, max_position_embeddings=131072,  # meta-llama/Llama-3.1-8B: llama3 RoPE, pre-scaled
+                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192})
+ROUND = {1 << k for k in range(4, 20)} | {3 << k for k in range(3, 19)}  # 2^k and 1.5 x 2^k
+
+
 def test_does_not_fit_names_fixes_that_work(tmp_path: Path) -> None:
-    m = inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
+    m = inspect_model(write_model(tmp_path / "llama31", LLAMA31_8B))
     settings = {"gpu_memory": "24GiB", "max_model_len": 131072, "gpu_memory_utilization": 0.85}
     led = L.plan(m, settings)
     assert led.verdict is Verdict.DOES_NOT_FIT
     fixes = {f.setting: f for f in led.fixes}
     assert set(fixes) == {"max_model_len"}
-    # the largest length: its blocks fit beside the null block, one block more does not (vLLM's estimate)
+    # a length a person would set: the round value under vLLM's estimate, and the next round value does not fit
     best = int(fixes["max_model_len"].value)
-    assert best % 16 == 0
-    assert (best // 16) * led.bytes_per_block <= led.kv_budget_bytes - led.bytes_per_block
-    assert (best // 16 + 1) * led.bytes_per_block > led.kv_budget_bytes - led.bytes_per_block
+    assert best in ROUND and best <= led.largest_max_model_len < best * 3 // 2
+    assert str(led.largest_max_model_len) in fixes["max_model_len"].reason
     assert L.plan(m, _apply(settings, fixes["max_model_len"])).verdict is not Verdict.DOES_NOT_FIT
-    assert L.plan(m, dict(settings, max_model_len=best + 16)).verdict is Verdict.DOES_NOT_FIT
+    assert L.plan(m, dict(settings, max_model_len=best * 3 // 2)).verdict is Verdict.DOES_NOT_FIT
 
     # a bit too long: raising the utilization or an fp8 KV cache also work
     near = dict(settings, max_model_len=40960)
@@ -241,7 +245,59 @@ def test_weights_too_big_for_the_gpu(tmp_path: Path) -> None:
     led = L.plan(m, {"gpu_memory": "16GiB", "max_model_len": 4096})
     assert led.verdict is Verdict.DOES_NOT_FIT and led.num_blocks == 0 and led.kv_budget_bytes <= 0
     assert "No available memory for the cache blocks" in led.summary
-    assert [f.setting for f in led.fixes] == ["model"]
+    assert [(f.setting, f.value) for f in led.fixes][0] == ("tensor_parallel_size", "2")
+    assert led.fixes[-1].setting == "model" and "quantized" in led.fixes[-1].value
+
+
+def test_never_fits_above_the_models_limit(tmp_path: Path) -> None:
+    m = inspect_model(write_model(tmp_path / "llama3", LLAMA3_8B))
+    led = L.plan(m, {"gpu_memory": "80GiB", "max_model_len": 16384})
+    assert led.verdict is Verdict.DOES_NOT_FIT
+    assert "above the model's limit of 8192 tokens (max_position_embeddings" in led.summary
+    assert [(f.setting, f.value) for f in led.fixes] == [("max_model_len", "8192")]
+    assert L.plan(m, {"gpu_memory": "80GiB", "max_model_len": 8192}).verdict is not Verdict.DOES_NOT_FIT
+
+
+def test_above_the_limit_and_short_of_memory_gets_a_round_length_under_both(tmp_path: Path) -> None:
+    m = inspect_model(write_model(tmp_path / "llama3", LLAMA2_7B))
+    led = L.plan(m, {"gpu_memory": "18GiB", "max_model_len": 32768, "gpu_memory_utilization": 0.9})
+    assert led.verdict is Verdict.DOES_NOT_FIT and "limit of 4096" in led.summary
+    v = int(next(f.value for f in led.fixes if f.setting == "max_model_len"))
+    assert v in ROUND and v < 4096
+    assert L.plan(m, {"gpu_memory": "18GiB", "max_model_len": v, "gpu_memory_utilization": 0.9}).verdict \
+        is not Verdict.DOES_NOT_FIT
+
+
+@pytest.mark.parametrize(("rope", "limit", "key"), [
+    ({"type": "linear", "factor": 4.0}, 16384, "x rope factor 4"),  # linear / dynamic multiply
+    ({"rope_type": "dynamic", "factor": 2.0}, 8192, "x rope factor 2"),
+    ({"rope_type": "llama3", "factor": 8.0}, 4096, "max_position_embeddings"),  # pre-scaled types do not
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, 4096, "max_position_embeddings"),
+])
+def test_rope_scaling_sets_the_limit_as_vllm_derives_it(tmp_path: Path, rope: dict[str, Any], limit: int,
+                                                        key: str) -> None:
+    m = inspect_model(write_model(tmp_path / "m", dict(LLAMA2_7B, rope_scaling=rope)))
+    assert m.max_len_limit == limit and key in (m.max_len_key or "")
+    assert L.plan(m, {"gpu_memory": "80GiB", "max_model_len": limit}).verdict is not Verdict.DOES_NOT_FIT
+    over = L.plan(m, {"gpu_memory": "80GiB", "max_model_len": limit * 2})
+    assert over.verdict is Verdict.DOES_NOT_FIT and f"limit of {limit} tokens" in over.summary
+
+
+def test_tokenizer_and_model_max_length_lower_the_limit(tmp_path: Path) -> None:
+    d = write_model(tmp_path / "m", LLAMA3_8B)
+    (d / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 4096}))
+    m = inspect_model(d)
+    assert m.max_len_limit == 4096 and "tokenizer_config.json" in (m.max_len_key or "")
+    d2 = write_model(tmp_path / "m2", dict(LLAMA3_8B, model_max_length=131072))  # Command-R style override
+    assert inspect_model(d2).max_len_limit == 131072
+
+
+def test_no_length_advice_too_short_to_use(tmp_path: Path) -> None:
+    """When the length that fits is a sliver of the one asked (960 of 4096), the advice is more GPUs."""
+    m = inspect_model(write_model(tmp_path / "llama2", LLAMA2_7B))
+    led = L.plan(m, {"gpu_memory": "17GiB", "max_model_len": 4096, "gpu_memory_utilization": 0.9})
+    assert led.verdict is Verdict.DOES_NOT_FIT and 0 < led.largest_max_model_len < 1024
+    assert [(f.setting, f.value) for f in led.fixes] == [("tensor_parallel_size", "2")]
 
 
 def test_fits_with_n_sequences(tmp_path: Path) -> None:
@@ -515,6 +571,14 @@ def test_cli_exit_codes(tmp_path: Path, temp_home: Path) -> None:
     assert r.returncode == 1 and "config.json: key num_hidden_layers is missing" in r.stderr
     r = _conduit(temp_home, "plan")
     assert r.returncode == 3 and "nothing to plan" in r.stderr
+
+
+def test_cli_says_the_models_limit(tmp_path: Path, temp_home: Path) -> None:
+    d = write_model(tmp_path / "llama3", LLAMA3_8B)
+    r = _conduit(temp_home, "plan", str(d), "--gpu-memory", "80GiB", "--max-model-len", "32768")
+    out = " ".join(r.stdout.split())
+    assert r.returncode == 1 and "above the model's limit of 8192 tokens" in out
+    assert "fix: set max_model_len = 8192" in out
 
 
 def test_cli_size_without_a_unit_is_a_bad_argument(tmp_path: Path, temp_home: Path) -> None:

@@ -177,6 +177,50 @@ def test_start_up_error_with_known_cause_fails_at_once() -> None:
                             "FAKE_VLLM_MESSAGE": "OSError: [Errno 98] Address already in use"}))
 
 
+CONFIG_ONLY = ("ValueError: Couldn't instantiate the backend tokenizer from one of: \n"
+               "(1) a `tokenizers` library serialization file, \n"
+               "You need to have sentencepiece or tiktoken installed to convert a slow tokenizer to a fast one.")
+
+
+@pytest.mark.parametrize(("message", "kind", "fix"), [
+    (CONFIG_ONLY, "tokenizer_not_found", "tokenizer.json"),  # a config-only model directory (vLLM 0.32's text)
+    ("RuntimeError: Cannot find any model weights with `/m/cfg`", "weights_not_found", "safetensors"),
+    ("api_server.py: error: unrecognized arguments: --swap-space 4", "unknown_argument", "0.18"),
+    ("ValueError: User-specified max_model_len (4096) is greater than the derived max_model_len "
+     "(max_position_embeddings=512.0 or model_max_length=None in model's config.json).",
+     "max_model_len_too_long", "max_model_len = 512"),
+    ("RuntimeError: something nobody has seen before", "exited", "conduit vllm logs"),
+])
+def test_any_start_up_failure_fails_at_once_without_relaunching(message: str, kind: str, fix: str) -> None:
+    async def body(sup: Supervisor) -> None:
+        await sup.wait_for(S.FAILED, timeout_s=20)
+        await asyncio.sleep(0.5)  # longer than the backoff: a relaunch would show by now
+        snap = sup.snapshot()
+        f = snap["last_failure"]
+        assert (snap["state"], f["kind"], f["exit_code"]) == ("failed", kind, 1), f
+        assert fix in f["fix"]
+        assert states(sup).count("starting") == 1 and "restarting" not in states(sup)
+        assert snap["restarts"] == 0 and not (sup.dir / "vllm.log.1").exists()
+
+    run(body, settings(env={"FAKE_VLLM_MODE": "exit_at_start", "FAKE_VLLM_MESSAGE": message}))
+
+
+def test_internal_port_taken_at_start_is_retried_then_named() -> None:
+    """vLLM picks its internal ports afresh on each launch, so that one start-up failure is retried."""
+    msg = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+           "address. port: 41733, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+
+    async def body(sup: Supervisor) -> None:
+        await sup.wait_for(S.FAILED, timeout_s=30)
+        f = sup.snapshot()["last_failure"]
+        assert f["kind"] == "crash_loop" and "port 41733" in f["reason"], f
+        assert "not [vllm].port" in f["reason"] and "VLLM_PORT" in f["fix"]
+        assert states(sup).count("restarting") == 2
+
+    run(body, settings(env={"FAKE_VLLM_MODE": "exit_at_start", "FAKE_VLLM_MESSAGE": msg},
+                       restart={"backoff_initial_s": 0.05, "max_restarts": 2}))
+
+
 def test_stop_escalates_to_sigkill_when_term_is_ignored() -> None:
     async def body(sup: Supervisor) -> None:
         await sup.wait_for(S.READY, timeout_s=20)

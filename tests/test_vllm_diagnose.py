@@ -3,10 +3,14 @@ the GPU-only texts as vLLM 0.32's sources format them."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conduit.daemon.vllm.causes import round_len
 from conduit.daemon.vllm.diagnose import (
     diagnose,
     find_kv_cache_line,
@@ -74,7 +78,7 @@ def test_kv_cache_estimated_max_len_is_the_fix() -> None:
              "the estimated maximum model length is 10240. Try increasing `gpu_memory_utilization` ...")
     d = diagnose(WRAP.format(cause=cause), exit_code=1)
     assert d.kind == "kv_cache_max_len"
-    assert "10240" in d.reason and "max_model_len = 10240" in d.fix
+    assert "10240" in d.reason and "max_model_len = 8192" in d.fix  # the round value under vLLM's estimate
 
 
 def test_no_memory_for_kv_cache_blocks() -> None:
@@ -116,3 +120,61 @@ def test_kv_cache_line(prefix: str) -> None:
     lineno, line, tokens = find_kv_cache_line(text) or (0, "", 0)
     assert (lineno, tokens) == (2, 1048576) and line.startswith("(EngineCore")
     assert find_kv_cache_line("nothing here") is None
+
+
+CORPUS: list[dict[str, Any]] = json.loads((DATA / "vllm_messages" / "corpus.json").read_text())["messages"]
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[f"{c['kind']}:{c['version']}" for c in CORPUS])
+def test_corpus_message_is_recognised_with_its_numbers(case: dict[str, Any]) -> None:
+    """Every wording of every release line: the right kind, the log's numbers in the reason, the fix."""
+    d = diagnose(WRAP.format(cause=case["text"]), exit_code=case["exit_code"], port=case.get("port"),
+                 model=case.get("model"))
+    assert d.kind == case["kind"], d
+    for want in case["expect"]["reason"]:
+        assert want in d.reason, (want, d.reason)
+    for want in case["expect"]["fix"]:
+        assert want in d.fix, (want, d.fix)
+
+
+def test_corpus_has_two_wordings_of_every_kind() -> None:
+    counts = Counter(c["kind"] for c in CORPUS)
+    assert min(counts.values()) >= 2, counts
+    assert {"kv_cache_max_len", "gpu_memory", "cuda_oom", "port_in_use", "internal_port_in_use",
+            "model_not_found", "unknown_argument", "max_model_len_too_long", "kv_cache_none"} <= set(counts)
+
+
+def test_internal_port_is_not_blamed_on_the_api_port() -> None:
+    text = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: 41733, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    d = diagnose(text, exit_code=1, port=8000)
+    assert d.kind == "internal_port_in_use"
+    assert "port 41733" in d.reason and "not [vllm].port (8000)" in d.reason
+    assert "set [vllm].port" not in d.fix and "sport = :41733" in d.fix
+
+
+def test_internal_pattern_on_the_configured_port_is_the_api_port() -> None:
+    d = diagnose("zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:8000')", exit_code=1, port=8000)
+    assert d.kind == "port_in_use" and "port 8000" in d.reason and "[vllm].port" in d.fix
+
+
+def test_real_config_only_directory_names_the_tokenizer() -> None:
+    """vLLM 0.32 on a directory with only config.json (captured here): the tokenizer is what it misses first."""
+    log = (DATA / "vllm_messages" / "vllm-0.32-fail-config-only-dir.log").read_text()
+    d = diagnose(log, exit_code=1, model="/models/config-only")
+    assert d.kind == "tokenizer_not_found" and "/models/config-only" in d.reason
+    assert "tokenizer.json" in d.fix
+
+
+def test_real_directory_without_weights() -> None:
+    """vLLM 0.32 on config.json + tokenizer, no *.safetensors (captured here): the worker's error, wrapped."""
+    log = (DATA / "vllm_messages" / "vllm-0.32-fail-no-weights.log").read_text()
+    d = diagnose(log, exit_code=1, model="/models/no-weights")
+    assert d.kind == "weights_not_found" and "/models/no-weights has no weight files" in d.reason
+    assert "safetensors" in d.fix and "[vllm].model" in d.fix
+
+
+@pytest.mark.parametrize(("tokens", "want"), [(10240, 8192), (27296, 24576), (32768, 32768), (114432, 98304),
+                                              (1808, 1536), (112, 96), (3, 16)])
+def test_round_len_is_a_value_a_person_would_set(tokens: int, want: int) -> None:
+    assert round_len(tokens) == want

@@ -42,6 +42,7 @@ Errors (``errors``): ``ModelError`` (exit 1) for a model problem, naming the fil
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping
@@ -223,7 +224,10 @@ def plan(model: ModelInfo, settings: Mapping[str, Any] | PlanSettings | None = N
     z = _sizing(model, s, notes)
     b = _budget(model, s, z, notes)
     c = _capacity(b.budget, z)
-    verdict, summary, fixes = _verdict(z, b, c)
+    verdict, summary, fixes = _verdict(model, z, b, c)
+    limit = model.max_len_limit
+    if limit and z.max_len > limit:
+        verdict, summary, fixes = _over_limit(model, s, z, limit)
     return Ledger(
         model=model.name, device=s.device, model_dtype=z.model_dtype, kv_cache_dtype=s.kv_cache_dtype,
         kv_dtype_bytes=z.kv_b, weights_bytes=z.weights, weights_source=model.weights_source,
@@ -247,13 +251,10 @@ def _sizing(model: ModelInfo, s: PlanSettings, notes: list[str]) -> _Sizing:
     if s.device == "cpu" and block % 32:
         notes.append(f"block_size {block}: vLLM 0.32's CPU attention backend needs a multiple of 32 and fails at "
                      "start-up with 'No common block size' (seen here); use 128 (the CPU default) or 32")
-    max_len = s.max_model_len or model.max_position_embeddings
+    max_len = s.max_model_len or model.default_max_len or model.max_position_embeddings
     if not max_len:
         raise PlanArgumentError(f"{model.path}/config.json has no max_position_embeddings",
                                 hint="pass --max-model-len")
-    if model.max_position_embeddings and max_len > model.max_position_embeddings:
-        notes.append(f"max_model_len {max_len} exceeds the model's {model.max_position_embeddings}: vLLM "
-                     "refuses this unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     def_seqs, def_tokens = vllm_batch_defaults(s.device, s.gpu_memory_bytes, s.gpu_name)
     max_seqs = s.max_num_seqs or def_seqs
     batched = s.max_num_batched_tokens or min(def_tokens, max_seqs * max_len)
@@ -311,6 +312,55 @@ def _capacity(budget: int, z: _Sizing) -> _Capacity:
     )
 
 
+def _over_limit(model: ModelInfo, s: PlanSettings, z: _Sizing, limit: int) -> tuple[Verdict, str, list[Fix]]:
+    """max_model_len above what the model supports: vLLM refuses to start whatever the memory. The fix is the
+    model's limit, or the round length that fits under it when memory is short there too."""
+    at_limit = plan(model, dataclasses.replace(s, max_model_len=limit))
+    value = limit
+    if at_limit.verdict is Verdict.DOES_NOT_FIT:
+        lens = [int(f.value) for f in at_limit.fixes if f.setting == "max_model_len"]
+        value = lens[0] if lens else 0
+    summary = (f"does not fit: max_model_len {z.max_len} is above the model's limit of {limit} tokens "
+               f"({model.max_len_key} in config.json); vLLM refuses to start (User-specified max_model_len ... "
+               "is greater than the derived max_model_len)")
+    fixes = [Fix("max_model_len", str(value), "the model's own limit" if value == limit else
+                 f"a round length under the model's limit ({limit}) that fits in memory")] if value else []
+    if at_limit.verdict is Verdict.DOES_NOT_FIT:  # short of memory at the limit too: its other fixes apply
+        fixes += [f for f in at_limit.fixes if f.setting != "max_model_len"]
+    return Verdict.DOES_NOT_FIT, summary, fixes
+
+
+def round_len(tokens: int) -> int:
+    """The largest length a person would set that is <= ``tokens``: a power of two or 1.5 x one
+    (4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, ...); 0 for nothing."""
+    if tokens < 16:
+        return 0
+    p = 1 << (tokens.bit_length() - 1)
+    return p + p // 2 if p + p // 2 <= tokens else p
+
+
+def _len_fix(z: _Sizing, largest: int, why: str) -> list[Fix]:
+    """A max_model_len fix a person would use: the round length <= ``largest``, offered only when it keeps a
+    useful part of the asked length (at least half of it, or 2048 tokens)."""
+    r = round_len(largest)
+    return [Fix("max_model_len", str(r), why)] if r >= min(2048, z.max_len // 2) and r >= z.block else []
+
+
+def _tp_fix(model: ModelInfo, z: _Sizing, b: _Budget, what: str) -> list[Fix]:
+    """The smallest tensor_parallel_size (2, 4, 8) that fits ``what`` at the asked length: weights and KV heads
+    split across GPUs like this one (KV heads replicated when there are fewer than GPUs; MLA not split)."""
+    if b.source != "gpu_memory_utilization" or not b.requested or b.overhead is None:
+        return []
+    per_req = math.ceil(z.max_len / z.block)
+    for n in (2, 4, 8):
+        kv_share = 1.0 if model.mla_kv_dim else max(1, model.num_kv_heads // n) / model.num_kv_heads
+        bpb = math.ceil(z.per_token * kv_share) * z.block
+        if b.requested - z.weights // n - b.overhead.total_bytes - bpb >= per_req * bpb:
+            return [Fix("tensor_parallel_size", str(n), f"{n} GPUs like this one hold {what} (weights and KV "
+                        f"cache split {n} ways)")]
+    return []
+
+
 def _budget_fixes(z: _Sizing, b: _Budget, need_budget: int, what: str) -> list[Fix]:
     """Fixes that raise the KV budget to ``need_budget`` bytes, in the setting the budget came from."""
     if b.source == "gpu_memory_utilization" and b.total and b.overhead is not None:
@@ -324,22 +374,24 @@ def _budget_fixes(z: _Sizing, b: _Budget, need_budget: int, what: str) -> list[F
     return []
 
 
-def _verdict(z: _Sizing, b: _Budget, c: _Capacity) -> tuple[Verdict, str, list[Fix]]:
+def _verdict(model: ModelInfo, z: _Sizing, b: _Budget, c: _Capacity) -> tuple[Verdict, str, list[Fix]]:
     """Whether full-length requests fit, in one sentence, and the settings that would make them fit."""
     fp8_bpb = c.bpb // z.kv_b if z.kv_b > 1 else 0
     fp8_fits = z.kv_b > 1 and b.budget - fp8_bpb >= c.per_req * fp8_bpb
     one = f"one {z.max_len}-token sequence"
     if b.budget <= 0:
-        fixes = _budget_fixes(z, b, c.needed + c.bpb, one) or [
-            Fix("model", "a quantized checkpoint or tensor_parallel_size > 1",
-                "the weights do not fit on this device at any utilization")]
+        fixes = _budget_fixes(z, b, c.needed + c.bpb, one) or [*_tp_fix(model, z, b, one), Fix(
+            "model", "a quantized checkpoint (AWQ / GPTQ / FP8) of this model",
+            "the weights do not fit on this device at any utilization")]
         return Verdict.DOES_NOT_FIT, (
             f"does not fit: weights ({format_bytes(z.weights)}) and overhead leave no memory for the KV "
             "cache (vLLM: 'No available memory for the cache blocks')"), fixes
     if c.usable < c.needed:
-        fixes = [Fix("max_model_len", str(c.largest), "the largest length whose blocks fit (what vLLM reports "
-                     "as the estimated maximum model length)")] if c.largest > 0 else []
+        fixes = _len_fix(z, c.largest, f"a round length under the largest that fits ({c.largest}, what vLLM "
+                         "reports as the estimated maximum model length)")
         fixes += _budget_fixes(z, b, c.needed + c.bpb, one)
+        if not fixes:
+            fixes = _tp_fix(model, z, b, one)
         if fp8_fits:
             fixes.append(Fix("kv_cache_dtype", "fp8", f"cuts the KV bytes per token {z.per_token} -> "
                              f"{z.per_token // z.kv_b}"))
@@ -352,8 +404,7 @@ def _verdict(z: _Sizing, b: _Budget, c: _Capacity) -> tuple[Verdict, str, list[F
             fixes.append(Fix("kv_cache_dtype", "fp8", f"about {z.kv_b}x the concurrency ({z.per_token} -> "
                              f"{z.per_token // z.kv_b} bytes/token)"))
         all_len = _largest_len(c.usable // z.max_seqs, c.bpb, z.block, z.max_len)
-        if all_len >= z.block:
-            fixes.append(Fix("max_model_len", str(all_len), f"all {z.max_seqs} sequences fit at this length"))
+        fixes += _len_fix(z, all_len, f"all {z.max_seqs} sequences fit at this length")
         return Verdict.FITS_PARTIAL, (
             f"fits with {c.full} concurrent sequences at max_model_len={z.max_len} (max_num_seqs={z.max_seqs}; "
             "more run only when requests are shorter, else vLLM preempts)"), fixes

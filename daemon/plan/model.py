@@ -78,9 +78,13 @@ _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
 _KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
-# vLLM takes the smallest of these as the derived max length (``_get_and_verify_max_len``).
+# vLLM takes the smallest of these as the derived max length (0.32: ``derive_max_model_len_and_key``);
+# ``model_max_length`` (Command-R) then replaces it when present.
 _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                 "max_sequence_length", "max_seq_length", "seq_len")
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE types whose max_position_embeddings is already the scaled length (vLLM 0.32 ``_get_and_verify_max_len``):
+# their ``factor`` is not applied again. Every other type (linear, dynamic, ...) multiplies by ``factor``.
+_ROPE_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
 _NESTED_TEXT_KEYS = ("text_config", "llm_config", "language_config", "text_model")
 
 
@@ -96,7 +100,12 @@ class ModelInfo:
         mla_kv_dim: for MLA models (DeepSeek V2/V3: ``kv_lora_rank + qk_rope_head_dim``), the per-token,
             per-layer latent width vLLM caches instead of K and V; None otherwise.
         config_dtype: ``torch_dtype``/``dtype`` of config.json (``bfloat16``...), or None when absent.
-        max_position_embeddings: the derived maximum length (smallest length key of the config), or None.
+        max_position_embeddings: the smallest length key of the config (before RoPE scaling), or None.
+        max_len_limit: the longest max_model_len vLLM accepts, derived as vLLM 0.32 does (length keys,
+            ``model_max_length``, tokenizer_config.json, RoPE ``factor``), or None when the config names none.
+        max_len_key: where ``max_len_limit`` comes from (``max_position_embeddings``, ``... x rope factor 4``).
+        default_max_len: vLLM's max_model_len when none is given (``original_max_position_embeddings`` for
+            LongRoPE, else ``max_len_limit``).
         quantization: ``quantization_config.quant_method`` (``awq``, ``gptq``, ``fp8``...), or None.
         weights_bytes: checkpoint weight bytes; exact from safetensors headers when ``weights_source`` is
             ``"safetensors"``, an estimate from the parameter count when ``"estimate"``.
@@ -125,6 +134,9 @@ class ModelInfo:
     sliding_window: int | None = None
     mla_kv_dim: int | None = None
     notes: tuple[str, ...] = ()
+    max_len_limit: int | None = None
+    max_len_key: str | None = None
+    default_max_len: int | None = None
 
 
 def _first(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
@@ -181,6 +193,7 @@ def inspect_model(model: str | os.PathLike[str], env: Mapping[str, str] | None =
                      "(kv_lora_rank + qk_rope_head_dim), not K and V per head")
     config_dtype = _config_dtype(cfg, notes)
     max_pos, quant, sliding = _limits(cfg, notes)
+    lim = _max_len_limit(cfg, d, notes)
     weights, source, numel = _weights(d, cfg.text, shape, config_dtype, quant, notes)
     text = cfg.text
     return ModelInfo(
@@ -192,6 +205,7 @@ def inspect_model(model: str | os.PathLike[str], env: Mapping[str, str] | None =
         intermediate_size=int(text["intermediate_size"]) if text.get("intermediate_size") else None,
         vocab_size=int(text["vocab_size"]) if text.get("vocab_size") else None,
         sliding_window=sliding, mla_kv_dim=mla_kv_dim, notes=tuple(notes),
+        max_len_limit=lim.limit, max_len_key=lim.key, default_max_len=lim.default,
     )
 
 
@@ -279,9 +293,6 @@ def _limits(cfg: _Config, notes: list[str]) -> tuple[int | None, str | None, int
     text = cfg.text
     lens = [(k, text[k]) for k in _MAX_LEN_KEYS if isinstance(text.get(k), int) and text[k] > 0]
     max_pos = min(v for _, v in lens) if lens else None
-    if text.get("rope_scaling"):
-        notes.append("config has rope_scaling: vLLM may derive a different max_model_len; pass "
-                     "--max-model-len to be sure")
     qc = cfg.top.get("quantization_config") or text.get("quantization_config")
     quant = str(qc.get("quant_method") or qc.get("format") or "unknown") if isinstance(qc, dict) else None
     sliding = text.get("sliding_window") if isinstance(text.get("sliding_window"), int) else None
@@ -289,6 +300,64 @@ def _limits(cfg: _Config, notes: list[str]) -> tuple[int | None, str | None, int
         notes.append(f"sliding_window={sliding}: counted as full attention for every layer (conservative; "
                      "vLLM may need less KV for sliding-window layers)")
     return max_pos, quant, sliding
+
+
+@dataclass(frozen=True)
+class _Limit:
+    limit: int | None
+    key: str | None
+    default: int | None
+
+
+def _rope_params(text: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``rope_scaling`` (transformers 4) or ``rope_parameters`` (5; may hold one dict per layer type)."""
+    raw = text.get("rope_scaling") or text.get("rope_parameters")
+    if not isinstance(raw, dict):
+        return []
+    if "rope_type" in raw or "type" in raw or "factor" in raw:
+        return [raw]
+    return [v for v in raw.values() if isinstance(v, dict)]
+
+
+def _max_len_limit(cfg: _Config, d: Path, notes: list[str]) -> _Limit:
+    """The max_model_len vLLM 0.32 derives (``_get_and_verify_max_len``): the smallest length key,
+    ``model_max_length`` over it, the tokenizer's ``model_max_length`` when smaller, times the RoPE
+    ``factor`` for types that do not pre-scale (Gemma 3 never scales)."""
+    text = cfg.text
+    lens = [(v, k) for k in _MAX_LEN_KEYS if isinstance(v := text.get(k), (int, float)) and v > 0]
+    derived, key = min(lens) if lens else (None, None)
+    if isinstance(text.get("model_max_length"), (int, float)) and text["model_max_length"] > 0:
+        derived, key = text["model_max_length"], "model_max_length"
+    tok = _json_or_none(d / "tokenizer_config.json")
+    tmax = tok.get("model_max_length") if tok else None
+    if derived is not None and isinstance(tmax, (int, float)) and 0 < tmax < derived:
+        derived, key = tmax, "tokenizer_config.json model_max_length"
+    if derived is None:
+        return _Limit(None, None, None)
+    params = _rope_params(text)
+    factor = 1.0
+    if params and "gemma3" not in str(cfg.top.get("model_type") or ""):
+        for rp in params:
+            rtype = str(rp.get("rope_type") or rp.get("type") or "default")
+            if rtype not in _ROPE_PRESCALED and rp.get("factor") is not None:
+                factor = float(rp["factor"])
+    limit = int(derived * factor)
+    if factor != 1.0:
+        key = f"{key} {int(derived)} x rope factor {factor:g}"
+        notes.append(f"rope scaling: vLLM derives max_model_len {limit} ({key})")
+    longrope = any(str(rp.get("rope_type") or rp.get("type")) == "longrope" for rp in params)
+    orig = text.get("original_max_position_embeddings")
+    default = int(orig) if longrope and isinstance(orig, int) else limit
+    return _Limit(limit, key, default)
+
+
+def _json_or_none(path: Path) -> dict[str, Any] | None:
+    """A JSON object file, or None when absent or unreadable (optional files only)."""
+    try:
+        v = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return v if isinstance(v, dict) else None
 
 
 def _weights(d: Path, text: Mapping[str, Any], shape: _Shape, config_dtype: str | None, quant: str | None,

@@ -1,10 +1,9 @@
 """Why a vLLM start-up failed, and what to change: one reason line and one fix line from the log tail.
 
-The texts matched are vLLM 0.32's own (``vllm/v1/worker/utils.py``, ``vllm/v1/core/kv_cache_utils.py``,
-``vllm/config/model.py``, argparse, uvicorn, huggingface_hub) and were checked on real runs of the CPU build
-(shared/formats/vllm-and-nvml.md). vLLM wraps an engine start-up failure in ``Engine core initialization
-failed. See root cause above.``: the root cause is printed *earlier*, so every rule scans the whole tail and
-the most specific rule wins (rules are ordered), not the last line.
+The causes recognised, in the wording of every vLLM release line 0.4 .. 0.32, live in ``causes`` (test corpus:
+``tests/data/vllm_messages/corpus.json``). vLLM wraps an engine start-up failure in ``Engine core
+initialization failed. See root cause above.``: the root cause is printed *earlier*, so every rule scans the
+whole tail and the most specific rule wins (rules are ordered), not the last line.
 
 The same wording is used when conduit refuses a GPU launch before starting (``preflight_memory``), so a
 person sees one explanation whichever side noticed.
@@ -14,185 +13,16 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 
-from conduit.units import GiB
+from conduit.daemon.vllm import causes
+from conduit.daemon.vllm.causes import Diagnosis, gpu_memory_diagnosis
 
+__all__ = ["Diagnosis", "diagnose", "gpu_memory_diagnosis"]
 
-@dataclass(frozen=True)
-class Diagnosis:
-    """A failure explained.
-
-    Attributes:
-        kind: a stable machine name (``gpu_memory``, ``kv_cache_none``, ``kv_cache_max_len``,
-            ``max_model_len_too_long``, ``cuda_oom``, ``port_in_use``, ``model_not_found``, ``unknown_argument``,
-            ``startup_timeout``, ``exited``).
-        reason: one line saying what went wrong, with the numbers vLLM gave.
-        fix: one concrete change to make, naming the ``[vllm]`` key.
-    """
-
-    kind: str
-    reason: str
-    fix: str
-
-    def to_dict(self) -> dict[str, str]:
-        """JSON-able form: ``{"kind", "reason", "fix"}``."""
-        return asdict(self)
-
-
-def _gib(n_bytes: float) -> str:
-    """``10.50 GiB``: always GiB with two decimals, the unit and precision of vLLM's own start-up refusal
-    (``conduit.units.format_bytes`` would switch to MiB below 1 GiB, and the wording must match)."""
-    return f"{n_bytes / GiB:.2f} GiB"
-
-
-def gpu_memory_diagnosis(free_bytes: int, total_bytes: int, utilization: float, device: str = "0") -> Diagnosis:
-    """The "not enough free GPU memory for the requested utilization" explanation, with numbers.
-
-    vLLM needs ``free >= utilization x total`` at start-up (``vllm/v1/worker/utils.py``). The suggested
-    utilization leaves a 2% margin under what is free now, floored at 0.05.
-    """
-    want = utilization * total_bytes
-    fit = max(0.05, round(free_bytes / total_bytes - 0.02, 2)) if total_bytes else 0.05
-    return Diagnosis(
-        "gpu_memory",
-        f"GPU {device}: {_gib(free_bytes)} free of {_gib(total_bytes)}, but "
-        f"gpu_memory_utilization {utilization:g} asks for {_gib(want)}",
-        f"lower [vllm].gpu_memory_utilization to {fit:g} or less, or stop the other processes using that GPU",
-    )
-
-
-Rule = Callable[[str], Diagnosis | None]
-
-
-def _gpu_free(text: str) -> Diagnosis | None:
-    m = re.search(
-        r"Free memory on device (\S+) \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory "
-        r"utilization \(([\d.]+), ([\d.]+) GiB\)",
-        text,
-    )
-    if not m:
-        if "is less than desired GPU memory utilization" in text:
-            return Diagnosis(
-                "gpu_memory",
-                "not enough free GPU memory for the requested gpu_memory_utilization",
-                "lower [vllm].gpu_memory_utilization, or stop the other processes using that GPU",
-            )
-        return None
-    dev, free, total, util = m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))
-    return gpu_memory_diagnosis(int(free * GiB), int(total * GiB), util, dev.strip("()"))
-
-
-def _kv_max_len(text: str) -> Diagnosis | None:
-    m = re.search(
-        r"max seq len \((\d+)\), \(([\d.]+) GiB KV cache is needed, which is larger than the available KV cache "
-        r"memory \(([\d.]+) GiB\)",
-        text,
-    )
-    if not m:
-        return None
-    est = re.search(r"estimated maximum model length is (\d+)", text)
-    reason = (
-        f"KV cache too small for max_model_len {m.group(1)}: {m.group(2)} GiB needed, {m.group(3)} GiB available"
-    )
-    if est:
-        return Diagnosis(
-            "kv_cache_max_len",
-            reason + f"; vLLM estimates the largest max_model_len that fits is {est.group(1)}",
-            f"set [vllm].max_model_len = {est.group(1)} (or raise gpu_memory_utilization)",
-        )
-    return Diagnosis(
-        "kv_cache_max_len", reason, "lower [vllm].max_model_len or raise [vllm].gpu_memory_utilization"
-    )
-
-
-def _kv_none(text: str) -> Diagnosis | None:
-    if "No available memory for the cache blocks" not in text:
-        return None
-    return Diagnosis(
-        "kv_cache_none",
-        "no memory left for KV cache blocks after loading the weights",
-        "raise [vllm].gpu_memory_utilization (on CPU: VLLM_CPU_KVCACHE_SPACE in [vllm].extra_env), "
-        "or use a smaller or quantized model ([vllm].quantization)",
-    )
-
-
-def _max_model_len(text: str) -> Diagnosis | None:
-    m = re.search(r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len \(([^)]*)\)", text)
-    if not m:
-        return None
-    limit = re.search(r"max_position_embeddings=(\d+)", m.group(2))
-    lim = limit.group(1) if limit else None
-    return Diagnosis(
-        "max_model_len_too_long",
-        f"max_model_len {m.group(1)} is above the model's limit"
-        + (f" ({lim} positions in config.json)" if lim else f" ({m.group(2)})"),
-        f"set [vllm].max_model_len = {lim} or less" if lim else "lower [vllm].max_model_len to the model's limit",
-    )
-
-
-def _cuda_oom(text: str) -> Diagnosis | None:
-    m = re.search(r"CUDA out of memory\.?[^\n]*", text) or re.search(r"torch\.(?:cuda\.)?OutOfMemoryError[^\n]*", text)
-    if not m:
-        return None
-    tried = re.search(r"Tried to allocate ([\d.]+ [GM]iB)", text)
-    return Diagnosis(
-        "cuda_oom",
-        "CUDA out of memory" + (f" (tried to allocate {tried.group(1)})" if tried else ""),
-        "lower [vllm].max_num_seqs first, then [vllm].max_model_len (or gpu_memory_utilization)",
-    )
-
-
-def _port(text: str, port: int | None) -> Diagnosis | None:
-    if "Address already in use" not in text and "address already in use" not in text:
-        return None
-    where = f"port {port}" if port else "the port"
-    return Diagnosis(
-        "port_in_use",
-        f"{where} is already in use by another process",
-        f"stop the process listening on {where} (`ss -ltnp`) or set [vllm].port to a free port",
-    )
-
-
-def _model_missing(text: str, model: str | None) -> Diagnosis | None:
-    pats = (
-        r"Repo id must be in the form 'repo_name' or 'namespace/repo_name': '([^']+)'",
-        r"(\S+) is not a local folder and is not a valid model identifier",
-        r"Invalid repository ID or local directory specified: '([^']+)'",
-        r"LocalEntryNotFoundError",
-        r"Cannot find the requested files in the local cache",
-        r"RepositoryNotFoundError",
-    )
-    for p in pats:
-        m = re.search(p, text)
-        if m:
-            name = (m.group(1) if m.groups() else None) or model or "the model"
-            return Diagnosis(
-                "model_not_found",
-                f"model {name!s} not found: no such local directory, and no cached hub copy",
-                "fix [vllm].model: an existing directory with config.json, or a hub name already downloaded "
-                "(HF_HUB_OFFLINE is set when there is no network)",
-            )
-    return None
-
-
-def _unknown_arg(text: str) -> Diagnosis | None:
-    m = re.search(r"error: unrecognized arguments: ([^\n]+)", text)
-    if not m:
-        m2 = re.search(r"error: argument ([^\n]+)", text)
-        if not m2:
-            return None
-        return Diagnosis(
-            "unknown_argument",
-            f"vLLM refused an argument: {m2.group(1).strip()}",
-            "fix the value in the [vllm] table or [vllm].extra_args",
-        )
-    args = m.group(1).strip()
-    fix = f"remove {args} from [vllm].extra_args (this vLLM version does not know it)"
-    if "--swap-space" in args:
-        fix = "remove swap_space / --swap-space: vLLM removed it in 0.18"
-    return Diagnosis("unknown_argument", f"vLLM does not accept: {args}", fix)
+#: Memory and length rules first: their texts can quote an argument or a port in passing.
+_RULES = (causes.gpu_free, causes.gpu_changed, causes.kv_max_len, causes.kv_none, causes.max_model_len,
+          causes.cuda_oom)
 
 
 def diagnose(
@@ -213,11 +43,12 @@ def diagnose(
     Returns a Diagnosis; kind ``exited`` with the last error-looking line when nothing specific matched.
     """
     text = log_tail
-    for rule in (_gpu_free, _kv_max_len, _kv_none, _max_model_len, _cuda_oom):
+    for rule in _RULES:
         d = rule(text)
         if d:
             return d
-    for d2 in (_port(text, port), _model_missing(text, model), _unknown_arg(text)):
+    for d2 in (causes.ports(text, port), causes.model_missing(text, model), causes.weights_missing(text, model),
+               causes.tokenizer_missing(text, model), causes.arguments(text)):
         if d2:
             return d2
     last = _last_error_line(text.splitlines())

@@ -46,11 +46,15 @@ _ALLOWED: dict[VllmState, frozenset[VllmState]] = {
 #: States with a process group that a changed launch setting has to replace.
 ACTIVE = (S.STARTING, S.READY, S.UNHEALTHY, S.RESTARTING)
 
-#: Start-up failures that a retry cannot fix: the state goes straight to ``failed`` with the diagnosis.
+#: Start-up failures that a retry cannot fix (configuration or memory); kept for callers that classify.
 DETERMINISTIC = frozenset({
-    "unknown_argument", "model_not_found", "max_model_len_too_long", "kv_cache_none", "kv_cache_max_len",
-    "gpu_memory", "port_in_use", "cuda_oom", "launch_error",
+    "unknown_argument", "invalid_argument", "model_not_found", "weights_not_found", "tokenizer_not_found",
+    "max_model_len_too_long", "kv_cache_none", "kv_cache_max_len", "gpu_memory", "gpu_memory_changed",
+    "port_in_use", "cuda_oom", "launch_error",
 })
+#: Exits before ``ready`` that a relaunch can cure: vLLM picks its internal ports afresh on each launch.
+#: Every other exit before ``ready`` goes to ``failed`` at once.
+RETRY_AT_START = frozenset({"internal_port_in_use"})
 
 
 class IllegalTransition(ConduitError):

@@ -14,7 +14,10 @@ The parts, one module each:
 - ``adoption``: the pid file, and adoption by the next agent of a healthy vLLM an earlier one launched (why not PDEATHSIG).
 - ``settings``: flags for the installed vLLM version, and that version.
 
-A crash is noticed from the child's exit, whatever its status (vLLM can exit 0 after its engine died). After
+A crash is noticed from the child's exit, whatever its status (vLLM can exit 0 after its engine died). An exit
+before the server was ready goes to ``failed`` at once with the diagnosis (the same settings would fail the
+same way: a missing model, an unknown flag, too little memory); only a port vLLM picked for itself being taken
+(``lifecycle.RETRY_AT_START``) and exits after ``ready`` are retried with backoff. After
 any exit the rest of the group is killed (SIGKILL to the API server alone leaves EngineCore and Worker alive:
 case C16). An agent stopping on purpose calls ``aclose(stop_vllm=True)``; a dead one leaves at most a serving
 vLLM behind, which the next agent adopts.
@@ -44,6 +47,7 @@ from conduit.daemon.vllm.diagnose import (
 from conduit.daemon.vllm.lifecycle import (
     ACTIVE,
     DETERMINISTIC,
+    RETRY_AT_START,
     CrashWindow,
     IllegalTransition,
     Lifecycle,
@@ -338,8 +342,8 @@ class Supervisor(Lifecycle, Reports):
         left = await self._kill(cur)  # the API server is gone; EngineCore/Worker may not be (C16)
         d = diagnose(tail, exit_code=code, port=self.settings.port, model=self.settings.model)
         self.note_left(left)
-        if was is VllmState.STARTING and d.kind in DETERMINISTIC:
-            self._fail(d, code, tail)
+        if was is VllmState.STARTING and d.kind not in RETRY_AT_START:
+            self._fail(d, code, tail)  # a start-up failure: relaunching the same settings cannot help
         elif was is VllmState.STARTING:
             self._crashed(d, code, tail)
         else:
