@@ -13,6 +13,9 @@ Facts (Aider-AI/aider ``aider/main.py``, ``aider/args.py``; aider.chat docs "YAM
   or a ``.env``). conduit keeps it in Aider's own file (0600) rather than in ``~/.env``, which other programs
   (Gemini CLI among them) read too. ``weak-model`` follows the profile's ``small_model`` when one is set.
 - Aider reads its configuration at start-up.
+- ``outranks``: an ``AIDER_*`` variable for an owned key, in the shell or any ``.env`` (home, git root, cwd;
+  later wins, and a ``.env`` beats the shell), or a git-root/cwd ``.aider.conf.yml`` with its own value. A
+  plain ``OPENAI_API_BASE``/``OPENAI_API_KEY`` does not win: Aider sets both from the YAML's values.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from conduit.adapters.base import (
     ToolSettings,
 )
 from conduit.adapters.masking import shown
-from conduit.adapters.textformats import parse_yaml, read_dotenv, tool_version, yaml_target
+from conduit.adapters.outranks import Blocker, git_root, read_env_quietly
+from conduit.adapters.textformats import parse_yaml, tool_version, yaml_target
 
 SECRETS = ("openai-api-key",)
 ENV_OVERRIDES = {"openai-api-base": "AIDER_OPENAI_API_BASE", "model": "AIDER_MODEL",
@@ -101,12 +105,7 @@ class Aider(AdapterDefaults):
         """Facts for doctor: owned values and the higher layers (project YAML, AIDER_* in env or .env files)."""
         path = conf_path(env)
         doc = _read_yaml(path)
-        dotenvs = {}
-        for p in (env.home / ".env", env.cwd / ".env"):
-            try:
-                dotenvs[p] = read_dotenv(p.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError):
-                pass
+        dotenvs = {p: read_env_quietly(p) for p in _dotenv_paths(env) if p.exists()}
         project = env.cwd / ".aider.conf.yml"
         pdoc = _read_yaml(project) if project != path and project.exists() else {}
         effective = {key: _effective(key, var, env, dotenvs, (project, pdoc), (path, doc))
@@ -116,6 +115,39 @@ class Aider(AdapterDefaults):
                    "version": tool_version("aider")}
         return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
                          effective=effective)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """``AIDER_*`` variables (shell or ``.env``) and project ``.aider.conf.yml`` files with other values."""
+        wanted = {"openai-api-base": settings.root.openai_base(), "openai-api-key": settings.key_or_placeholder,
+                  "model": f"openai/{settings.model}"}
+        if settings.small_model:
+            wanted["weak-model"] = f"openai/{settings.small_model}"
+        dotenvs = [(p, read_env_quietly(p)) for p in _dotenv_paths(env)]
+        home = conf_path(env)
+        root = git_root(env.cwd)
+        yamls = [(p, _read_yaml(p)) for p in dict.fromkeys(
+            [*([root / ".aider.conf.yml"] if root else []), env.cwd / ".aider.conf.yml"]) if p != home and p.exists()]
+        out = []
+        for key, value in wanted.items():
+            var, secret = ENV_OVERRIDES[key], key in SECRETS
+            hit = next(((str(p), vals[var]) for p, vals in reversed(dotenvs) if var in vals), None)
+            if hit is None and env.get(var) is not None:
+                hit = ("shell environment", str(env.get(var)))
+            if hit is not None:
+                if hit[1] != value:
+                    where = "in the shell" if hit[0] == "shell environment" else f"in {hit[0]}"
+                    fix = (f"unset {var} (and remove its export from your shell's start-up file)"
+                           if hit[0] == "shell environment" else f"remove the {var} line from {hit[0]}")
+                    out.append(Blocker("overridden", hit[0], f"{var} = {shown(hit[1], secret=secret)} {where} "
+                                       f"outranks {key} in every .aider.conf.yml", fix))
+                continue
+            found: tuple[Path | None, dict[str, Any]] = next(((p, d) for p, d in reversed(yamls) if key in d),
+                                                             (None, {}))
+            ypath, ydoc = found
+            if ypath is not None and str(ydoc[key]) != value:
+                out.append(Blocker("overridden", str(ypath), f"{key}: {shown(str(ydoc[key]), secret=secret)} in "
+                                   f"{ypath} ranks above ~/.aider.conf.yml", f"remove {key} from {ypath}"))
+        return out
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Aider's litellm client sends: ``openai-api-base``, ``openai-api-key`` and the model after
@@ -127,6 +159,12 @@ class Aider(AdapterDefaults):
             return None
         return ClientView(str(doc["openai-api-base"]), str(doc.get("openai-api-key") or ""),
                           model.removeprefix("openai/"), key_files=(path,))
+
+
+def _dotenv_paths(env: Env) -> list[Path]:
+    """The ``.env`` files Aider loads, in order (later wins): ``~/.env``, the git root's, the working folder's."""
+    root = git_root(env.cwd)
+    return list(dict.fromkeys([env.home / ".env", *([root / ".env"] if root else []), env.cwd / ".env"]))
 
 
 def _effective(key: str, var: str, env: Env, dotenvs: dict[Path, dict[str, str]],

@@ -20,10 +20,11 @@ from typing import Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
+from conduit.adapters.outranks import Blocker
 
 __all__ = [
-    "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "ClientView", "Effective", "Env", "NoOptions", "NotFound",
-    "Proposal", "Protocol_", "Root", "SqliteTarget", "Target", "TextTarget", "ToolFacts", "ToolSettings",
+    "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "Effective", "Env", "NoOptions",
+    "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "Target", "TextTarget", "ToolFacts", "ToolSettings",
     "Unsupported",
 ]
 
@@ -146,6 +147,8 @@ class TextTarget:
             (``0o600`` for files holding keys).
         create: whether to create the file (and its directory) when missing.
         label: a short name for reports (``settings.json``).
+        notices: what the sync result should tell a person about this file (a setting the installed version
+            refuses was not written...); the writer adds them to the file's ``WriteResult.notices``.
         merge: ``render`` merges into the current content (the default). The writer then never renders from a
             file that is blank or does not parse while another program may be saving it (it re-reads, then
             skips the file). False for a render that ignores the current content (a restore).
@@ -158,6 +161,7 @@ class TextTarget:
     create: bool = True
     label: str = ""
     merge: bool = True
+    notices: tuple[str, ...] = ()
 
 
 @dataclass
@@ -238,6 +242,11 @@ class Adapter(Protocol):
         not configure one (or for another protocol). Never raises for missing files."""
         ...
 
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """Read-only, for ``conduit doctor``: every source that will stop the tool from using ``settings`` even
+        when its files match (see ``conduit.adapters.outranks``); ``[]`` when none. Never raises."""
+        ...
+
 
 class AdapterDefaults:
     """Shared defaults an adapter class points at (STYLE.md habit 2): no options, no variables, no hot reload
@@ -255,3 +264,7 @@ class AdapterDefaults:
     def client_view(self, env: Env) -> ClientView | None:
         """No OpenAI client view."""
         return None
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """Nothing known to outrank the tool's files."""
+        return []

@@ -12,6 +12,12 @@ Facts (shared/formats/claude-code.md, from Claude Code's docs, changelog and iss
   ``.claude/settings.local.json`` > project ``.claude/settings.json`` > user file. A settings ``env`` value
   beats the same variable exported in the shell.
 - Env changes have needed a restart in some versions.
+- What bypasses the gateway although the file matches (``outranks``): ``CLAUDE_CODE_USE_BEDROCK`` /
+  ``_VERTEX`` / ``_FOUNDRY`` (truthy: ``1``, ``true``, ``yes``, ``on``) in the shell or any settings file's
+  ``env`` send requests to that cloud instead; ``apiKeyHelper`` in any settings file competes with the key
+  (docs rank it below the env keys; versions differ); a settings ``model`` key wins over ``ANTHROPIC_MODEL`` in
+  practice (anthropics/claude-code #42901, #69296); the auth variable conduit does not write, exported in the
+  shell, makes an auth conflict.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.jsonfile import json_target, read_json_quietly
 from conduit.adapters.masking import shown
+from conduit.adapters.outranks import Blocker
 from conduit.adapters.textformats import tool_version
 from conduit.errors import ToolFileError
 
@@ -45,6 +52,10 @@ MODEL_VARS = (
 )
 DEPRECATED_VARS = ("ANTHROPIC_SMALL_FAST_MODEL",)
 MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
+CLOUD_SWITCHES = {"CLAUDE_CODE_USE_BEDROCK": "Amazon Bedrock", "CLAUDE_CODE_USE_VERTEX": "Google Vertex AI",
+                  "CLAUDE_CODE_USE_FOUNDRY": "Microsoft Foundry"}
+MODEL_ALIASES = frozenset({"default", "sonnet", "opus", "haiku", "opusplan"})
+"""``model`` values Claude Code resolves through the ``ANTHROPIC_DEFAULT_*_MODEL`` slots conduit writes."""
 
 
 def anthropic_env(settings: ToolSettings) -> dict[str, str | None]:
@@ -101,7 +112,8 @@ class ClaudeCode(AdapterDefaults):
     discover_rank: ClassVar[int] = 0  # conduit init reads Claude Code, Cline, then CC Switch
     restart_hint: ClassVar[str | None] = ("restart running Claude Code sessions: some versions read env only at "
                                           "start-up")
-    env_vars: ClassVar[tuple[str, ...]] = ("CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL")
+    env_vars: ClassVar[tuple[str, ...]] = ("CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL",
+                                           *CLOUD_SWITCHES)
 
     @staticmethod
     def settings_path(env: Env) -> Path:
@@ -150,6 +162,37 @@ class ClaudeCode(AdapterDefaults):
             else ()
         return ToolFacts(summary=summary, details=details, effective=effective, warnings=warnings)
 
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """Cloud-provider switches, ``apiKeyHelper``, a competing ``model`` key, a higher layer's own values, and
+        the other auth variable exported in the shell (see the module docstring)."""
+        docs = _layers(env, self.settings_path(env))
+        wanted = anthropic_env(settings)
+        out = _cloud_switches(docs, env)
+        for path, doc, _ in docs:
+            if doc.get("apiKeyHelper"):
+                out.append(Blocker("overridden", str(path), f"apiKeyHelper in {path} runs a command for the key, which "
+                                   "competes with the profile's key (the gateway may get the helper's key)",
+                                   f"remove \"apiKeyHelper\" from {path}"))
+        model = next(((p, d["model"]) for p, d, _ in docs if isinstance(d.get("model"), str)), None)
+        if model and model[1].split("[")[0].lower() not in MODEL_ALIASES and model[1] != settings.model:
+            out.append(Blocker("overridden", str(model[0]), f"\"model\": \"{model[1]}\" in {model[0]} wins over "
+                               f"ANTHROPIC_MODEL = \"{settings.model}\"", f"remove \"model\" from {model[0]} (or "
+                               "run /model default in Claude Code)"))
+        for path, doc, higher in docs:
+            for var in ("ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL"):
+                if higher and var in _env_of(doc) and _env_of(doc)[var] != wanted.get(var):
+                    out.append(Blocker("overridden", str(path), f"{var} = {_mask(var, _env_of(doc)[var])} in {path} "
+                                       "ranks above the user settings.json that conduit writes",
+                                       f"remove \"{var}\" from \"env\" in {path}"))
+        for var in AUTH_VARS:
+            if wanted.get(var) is None and env.get(var) and not any(var in _env_of(d) for _, d, _ in docs):
+                other = next(v for v in AUTH_VARS if v != var)
+                out.append(Blocker("overridden", "shell environment", f"{var} is exported in the shell while conduit "
+                                   f"writes {other}: Claude Code sees both (an auth conflict) and may send the "
+                                   "shell's key", f"unset {var} (and remove its export from your shell's start-up "
+                                   "file)"))
+        return out
+
     def discover(self, env: Env) -> Proposal | None:
         """The gateway in the user settings' ``env`` (base URL, model, whichever auth variable is set)."""
         doc, _ = read_json_quietly(self.settings_path(env))
@@ -164,6 +207,34 @@ def anthropic_proposal(tool: str, cenv: dict[str, Any]) -> Proposal | None:
         return None
     return Proposal(tool, str(cenv["ANTHROPIC_BASE_URL"]), "anthropic", cenv.get("ANTHROPIC_MODEL"),
                     cenv.get("ANTHROPIC_AUTH_TOKEN") or cenv.get("ANTHROPIC_API_KEY"))
+
+
+def _layers(env: Env, user: Path) -> list[tuple[Path, dict[str, Any], bool]]:
+    """Every settings file Claude Code reads, highest first, as ``(path, document, ranks_above_user)``; a
+    project file that is the user file itself (run from HOME) is listed once."""
+    out = []
+    for path, higher in ((MANAGED_SETTINGS, True), (env.cwd / ".claude" / "settings.local.json", True),
+                         (env.cwd / ".claude" / "settings.json", True), (user, False)):
+        if higher and path.exists() and user.exists() and path.resolve() == user.resolve():
+            continue
+        doc, _ = read_json_quietly(path)
+        out.append((path, doc, higher))
+    return out
+
+
+def _cloud_switches(docs: list[tuple[Path, dict[str, Any], bool]], env: Env) -> list[Blocker]:
+    """A blocker per truthy ``CLAUDE_CODE_USE_*`` switch, from the highest settings ``env`` that sets it, else
+    the shell (a settings ``env`` value beats the shell)."""
+    out = []
+    for var, cloud in CLOUD_SWITCHES.items():
+        hit = next(((str(p), str(_env_of(d)[var])) for p, d, _ in docs if var in _env_of(d)), None)
+        source, value = hit or ("shell environment", env.get(var) or "")
+        if value.strip().lower() in ("1", "true", "yes", "on"):
+            fix = (f"remove \"{var}\" from \"env\" in {source}" if hit else
+                   f"unset {var} (and remove its export from your shell's start-up file)")
+            out.append(Blocker("overridden", source, f"{var}={value} sends every request to {cloud}, not to "
+                               "conduit's ANTHROPIC_BASE_URL", fix))
+    return out
 
 
 def _mask(var: str, value: Any) -> Any:

@@ -9,8 +9,9 @@ Facts (openai/codex: ``codex-rs/core/src/model_provider_info.rs``, ``codex-rs/ar
   #11698), so conduit uses its own id ``conduit``.
 - Codex requests ``base_url + "/responses"`` (``wire_api = "responses"``) or ``base_url +
   "/chat/completions"`` (``"chat"``); it never adds ``/v1``, so ``base_url`` carries the version segment.
-  ``"chat"`` was deprecated in late 2025 and refused at start-up since early 2026 (Codex >= ~0.12x), so the
-  default is ``responses``; ``[tools.codex] wire_api = "chat"`` serves older Codex versions.
+  ``"chat"`` was deprecated in late 2025 and is refused at start-up from ``CHAT_REFUSED_FROM`` on, for *any*
+  provider table in the file (openai/codex issue #41816), so the default is ``responses``; ``[tools.codex]
+  wire_api = "chat"`` serves older Codex versions and is written only when the installed version accepts it.
 - Key: ``env_key`` names an environment variable; a missing or empty one is a hard error. The CLI loads
   ``$CODEX_HOME/.env`` at start-up and sets every variable in it (overriding the shell; names starting with
   ``CODEX_`` are refused), so conduit writes ``CONDUIT_API_KEY=<key>`` there (mode 0600) and the literal key
@@ -41,13 +42,22 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
+from conduit.adapters.outranks import Blocker
 from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
+from conduit.adapters.versions import at_least, installed_version
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "conduit"
 KEY_VAR = "CONDUIT_API_KEY"
 SECRETS = ("experimental_bearer_token", KEY_VAR)
+BINARIES = ("codex",)
+CHAT_REFUSED_FROM = (0, 97, 0)
+"""The first Codex release that refuses ``wire_api = "chat"`` (exit 1 at start-up, "`wire_api = "chat"` is no
+longer supported"). Source: openai/codex commit d2394a2494 "chore: nuke chat/completions API" (PR #10157,
+2026-02-03) replaced the chat wire API by that error in ``model_provider_info.rs``; the first release after it
+is 0.97.0 (OpenRouterLabs/spawn PR #1608, 2026-02-21: ``wire_api = "responses"`` is "required by Codex
+>=0.97.0"). Observed again with 0.171.0 (shared/formats/real-tools.md)."""
 
 
 class CodexOptions(BaseModel):
@@ -102,7 +112,7 @@ class Codex(AdapterDefaults):
     )
     restart_hint: ClassVar[str | None] = "start a new Codex session: it reads config.toml and .env only at start-up"
     Options: ClassVar[type[BaseModel]] = CodexOptions
-    env_vars: ClassVar[tuple[str, ...]] = ("CODEX_HOME", KEY_VAR)
+    env_vars: ClassVar[tuple[str, ...]] = ("CODEX_HOME", KEY_VAR, "OPENAI_BASE_URL")
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: config.toml (provider table, model, model_provider) and, for ``dotenv``, the key in .env."""
@@ -112,8 +122,16 @@ class Codex(AdapterDefaults):
             raise NotFound(f"Codex CLI not found: no {home}; install Codex, or set [tools.codex] create = true")
         key = settings.key_or_placeholder
         inline = opts.key_method == "inline"
+        wire = opts.wire_api
+        notices: tuple[str, ...] = ()
+        version = installed_version(BINARIES)
+        if wire == "chat" and refuses_chat(version):
+            wire = "responses"
+            notices = (f"wrote wire_api = \"responses\", not the profile's \"chat\": the installed Codex {version} "
+                       "refuses \"chat\" at start-up; the gateway must serve /v1/responses (or remove "
+                       "wire_api = \"chat\" from [tools.codex] to silence this)",)
         wanted: dict[str, Any] = {"name": f"conduit ({settings.channel})",
-                                  "base_url": settings.root.openai_base(), "wire_api": opts.wire_api}
+                                  "base_url": settings.root.openai_base(), "wire_api": wire}
 
         def transform(doc: tomlkit.TOMLDocument) -> None:
             _set_root(doc, "model", settings.model)
@@ -143,8 +161,10 @@ class Codex(AdapterDefaults):
                     table["env_key"] = KEY_VAR
 
         # config.toml holds the key only with key_method = "inline"; otherwise it keeps a world-readable mode.
-        targets: list[Target] = [toml_target(home / "config.toml", transform, secret_keys=SECRETS,
-                                             mode=0o600 if inline else 0o644, label="config.toml")]
+        config = toml_target(home / "config.toml", transform, secret_keys=SECRETS, mode=0o600 if inline else 0o644,
+                             label="config.toml")
+        config.notices = notices
+        targets: list[Target] = [config]
         if not inline:
             targets.append(dotenv_target(home / ".env", {KEY_VAR: key}, secret_keys=SECRETS, label=".env"))
         return targets
@@ -170,9 +190,40 @@ class Codex(AdapterDefaults):
                       "experimental_bearer_token": fingerprint(token) if token else None,
                       KEY_VAR: fingerprint(dotenv.get(KEY_VAR)) if KEY_VAR in dotenv else None},
             "builtin_openai_override_ignored": "base_url" in _table(_table(doc, "model_providers"), "openai"),
+            "version": installed_version(BINARIES),
         }
+        if env.get("OPENAI_BASE_URL"):
+            effective["OPENAI_BASE_URL"] = Effective(env.get("OPENAI_BASE_URL"), "shell environment", False,
+                                                     "used only by Codex's built-in openai provider, not by "
+                                                     f"model_provider = \"{PROVIDER_ID}\"")
         return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
                          effective=effective)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """What stops Codex from using conduit's provider: a ``wire_api = "chat"`` table the installed version
+        refuses, a selected ``profile`` with its own provider or model, a project ``.codex/config.toml`` model."""
+        path = codex_home(env) / "config.toml"
+        doc, _ = _read_toml(path)
+        out = _refused(doc, path, installed_version(BINARIES))
+        active = doc.get("profile")
+        prof = _table(_table(doc, "profiles"), str(active)) if active else {}
+        wanted = {"model_provider": PROVIDER_ID, "model": settings.model}
+        for k, value in wanted.items():
+            if k in prof and prof[k] != value:
+                out.append(Blocker("overridden", f"{path} [profiles.{active}]",
+                                   f"profile = \"{active}\" selects [profiles.{active}], whose {k} = "
+                                   f"\"{prof[k]}\" replaces conduit's \"{value}\"",
+                                   f"delete the line profile = \"{active}\" in {path}, or remove {k} from "
+                                   f"[profiles.{active}]"))
+        project = env.cwd / ".codex" / "config.toml"
+        if project != path and project.exists():
+            pdoc, _ = _read_toml(project)
+            for k, value in wanted.items():
+                if k in pdoc and pdoc[k] != value:
+                    out.append(Blocker("overridden", str(project),
+                                       f"{k} = \"{pdoc[k]}\" in this project's config ranks above ~/.codex "
+                                       f"(conduit's \"{value}\")", f"remove {k} from {project}"))
+        return out
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Codex sends: the selected provider's ``base_url``, the key from ``env_key`` in ``.env`` (or the
@@ -188,6 +239,27 @@ class Codex(AdapterDefaults):
             key, key_files = _read_env(home / ".env").get(str(provider.get("env_key")), ""), (home / ".env",)
         endpoint = "responses" if provider.get("wire_api", "responses") == "responses" else "chat/completions"
         return ClientView(str(provider["base_url"]), key, str(doc.get("model") or ""), endpoint, key_files)
+
+
+def refuses_chat(version: str | None) -> bool:
+    """Whether Codex ``version`` refuses ``wire_api = "chat"`` (False when the version is unknown)."""
+    return at_least(version, CHAT_REFUSED_FROM)
+
+
+def _refused(doc: dict[str, Any], path: Path, version: str | None) -> list[Blocker]:
+    """A ``refused`` blocker for each provider table with ``wire_api = "chat"`` when ``version`` refuses it
+    (Codex then refuses the whole config, even for a provider it does not use: openai/codex #41816)."""
+    if not refuses_chat(version):
+        return []
+    out = []
+    for pid, table in _table(doc, "model_providers").items():
+        if isinstance(table, dict) and table.get("wire_api") == "chat":
+            fix = ("run `conduit sync` (it writes \"responses\" for this version)" if pid == PROVIDER_ID else
+                   f"set wire_api = \"responses\" in [model_providers.{pid}] of {path}, or delete that table")
+            out.append(Blocker("refused", f"{path} [model_providers.{pid}]",
+                               f"Codex {version} refuses wire_api = \"chat\" and then ignores the whole config.toml "
+                               "(it exits at start-up)", fix))
+    return out
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], str | None]:
@@ -230,4 +302,4 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
     return effective
 
 
-__all__ = ["Codex", "CodexOptions", "codex_home"]
+__all__ = ["CHAT_REFUSED_FROM", "Codex", "CodexOptions", "codex_home", "refuses_chat"]

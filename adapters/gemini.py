@@ -15,6 +15,9 @@ Facts (google-gemini/gemini-cli ``packages/cli/src/config/settings.ts`` ``findEn
   the CLI use ``GEMINI_API_KEY``. Layers: system defaults < user < workspace ``.gemini/settings.json`` <
   system ``/etc/gemini-cli/settings.json``.
 - Environment and settings are read at start-up: restart running sessions.
+- Folder trust decides whether any of this is read (``conduit.adapters.gemini_trust``): ``[tools.gemini]
+  trust = ["~/src", ...]`` adds those folders to ``trustedFolders.json`` as ``TRUST_FOLDER``, and doctor says
+  ``untrusted`` for a working folder Gemini CLI does not trust.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from conduit.adapters import gemini_trust as trust
 from conduit.adapters.base import (
     AdapterDefaults,
     Effective,
@@ -35,6 +39,7 @@ from conduit.adapters.base import (
     ToolSettings,
 )
 from conduit.adapters.masking import shown
+from conduit.adapters.outranks import Blocker
 from conduit.adapters.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv, tool_version
 from conduit.errors import ToolFileError
 
@@ -48,10 +53,23 @@ class GeminiOptions(BaseModel):
 
     Attributes:
         create: write the files even when ``~/.gemini`` does not exist yet.
+        trust: folders (absolute, or starting with ``~``) to add to ``trustedFolders.json`` as ``TRUST_FOLDER``
+            (each folder and everything below it); the user's own entries are never removed or changed.
     """
 
     model_config = ConfigDict(extra="forbid")
     create: bool = False
+    trust: list[str] = Field(default_factory=list)
+
+    @field_validator("trust")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            text = entry.strip()
+            if not (text.startswith("/") or text == "~" or text.startswith("~/")):
+                raise ValueError(f"trust entry {entry!r} is not an absolute folder: write it as \"/path\" or "
+                                 "\"~/path\"")
+        return value
 
 
 def gemini_dir(env: Env) -> Path:
@@ -89,7 +107,7 @@ class Gemini(AdapterDefaults):
     )
     restart_hint: ClassVar[str | None] = "restart running Gemini CLI sessions: it reads .env and settings.json at start-up"
     Options: ClassVar[type[BaseModel]] = GeminiOptions
-    env_vars: ClassVar[tuple[str, ...]] = ("GEMINI_CLI_HOME", *ENV_VARS)
+    env_vars: ClassVar[tuple[str, ...]] = ("GEMINI_CLI_HOME", *ENV_VARS, *trust.ENV_VARS)
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the three variables in ``.gemini/.env``; the auth type in ``settings.json`` (JSONC kept)."""
@@ -106,11 +124,16 @@ class Gemini(AdapterDefaults):
                 return [(("selectedAuthType",), AUTH_TYPE)]  # the flat format of versions before 0.3
             return [(("security", "auth", "selectedType"), AUTH_TYPE)]
 
-        return [
+        targets: list[Target] = [
             dotenv_target(d / ".env", wanted, secret_keys=SECRETS, label=".env"),
             jsonc_target(d / "settings.json", auth_edits, secret_keys=SECRETS, mode=0o644,  # holds no key
                          label="settings.json"),
         ]
+        if opts.trust:
+            folders = [trust.expand(f, env) for f in opts.trust]
+            targets.append(jsonc_target(trust.folders_path(env, d), trust.trust_edits(folders), secret_keys=(),
+                                        mode=0o600, label="trustedFolders.json"))  # Gemini CLI writes it 0600
+        return targets
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: which .env Gemini CLI really loads, and each variable's effective value and source."""
@@ -133,8 +156,60 @@ class Gemini(AdapterDefaults):
         details = {"dir": str(d), "env_file": str(d / ".env"), "env_file_used": str(used) if used else None,
                    "settings": str(settings_path), "parse_error": error, "auth_type": auth,
                    "model_in_settings": model.get("name") if isinstance(model, dict) else model,
-                   "version": tool_version("gemini")}
+                   "version": tool_version("gemini"),
+                   "trust": {"folder": str(env.cwd), **trust.decide(env.cwd, env, d).as_dict()}}
         return ToolFacts(summary=f"{d}; .env loaded: {used or 'none'}", details=details, effective=effective)
+
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """An untrusted working folder; a variable exported with another value; a project ``.env`` that hides
+        ``~/.gemini/.env`` (Gemini CLI loads only the first one it finds)."""
+        d = gemini_dir(env)
+        out = []
+        verdict = trust.decide(env.cwd, env, d)
+        if not verdict.trusted:
+            out.append(Blocker("untrusted", str(trust.folders_path(env, d)),
+                               f"Gemini CLI does not trust {env.cwd} ({verdict.source}): there it reads neither "
+                               "~/.gemini/.env nor a base URL or model from any .env, and a headless run exits 41",
+                               _trust_fix(verdict, settings, env, d)))
+        wanted = {"GOOGLE_GEMINI_BASE_URL": settings.root.url, "GEMINI_API_KEY": settings.key_or_placeholder,
+                  "GEMINI_MODEL": settings.model}
+        for var, value in wanted.items():
+            shell = env.get(var)
+            if shell is not None and shell != value:
+                out.append(Blocker("overridden", "shell environment",
+                                   f"{var} is exported as {shown(shell, secret=var in SECRETS)}; Gemini CLI never "
+                                   "lets a .env file replace an exported variable",
+                                   f"unset {var} (and remove its export from your shell's start-up file)"))
+        used, ours = env_file_used(env), d / ".env"
+        if verdict.trusted and used is not None and used != ours:
+            try:
+                values = read_dotenv(used.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                values = {}
+            differ = [v for v, value in wanted.items() if env.get(v) is None and values.get(v) != value]
+            if differ:
+                out.append(Blocker("overridden", str(used),
+                                   f"Gemini CLI loads only the first .env it finds: {used} hides {ours}, so "
+                                   f"{', '.join(differ)} do not come from conduit",
+                                   f"remove {used} (or its {', '.join(differ)} lines and add conduit's), or run "
+                                   "Gemini CLI from another folder"))
+        return out
+
+
+def _trust_fix(verdict: trust.Verdict, settings: ToolSettings, env: Env, d: Path) -> str:
+    """How to trust ``env.cwd``, for the verdict that left it untrusted."""
+    if verdict.error is not None:
+        return f"fix {trust.folders_path(env, d)} by hand: Gemini CLI refuses to start while it is invalid"
+    if verdict.level == "DO_NOT_TRUST":
+        return (f"the entry \"{verdict.rule}\": \"DO_NOT_TRUST\" is yours and conduit never changes it: set it to "
+                f"\"TRUST_FOLDER\" in {trust.folders_path(env, d)}, or export GEMINI_CLI_TRUST_WORKSPACE=true")
+    folders = [trust.expand(f, env) for f in GeminiOptions.model_validate(dict(settings.options)).trust]
+    if trust.deciding_rule(env.cwd, dict.fromkeys(folders, "TRUST_FOLDER")) is not None:
+        return "run `conduit sync`: [tools.gemini] trust covers this folder but trustedFolders.json lacks it"
+    return (f"add trust = [\"{env.cwd}\"] (or a folder above it, such as \"~/src\") to [tools.gemini] in the "
+            "profile and run `conduit sync`; or run `gemini` here once and choose \"Trust folder\"; or export "
+            "GEMINI_CLI_TRUST_WORKSPACE=true")
 
 
 def _effective(var: str, env: Env, values: dict[str, str], used: Path | None, ours: Path) -> Effective:

@@ -173,7 +173,7 @@ class Writer:
             result.error = self.mask(result.error)
             result.changed = False
             result.backup = None
-        result.notices = [self.mask(n) for n in result.notices]
+        result.notices = [self.mask(n) for n in (*getattr(target, "notices", ()), *result.notices)]
         return result
 
     # -- text --------------------------------------------------------------------------------------------

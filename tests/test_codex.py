@@ -100,3 +100,23 @@ def test_doctor_reports_profile_override(temp_home: Path) -> None:
     assert any("codex: model_provider" in w for w in rep["warnings"])
     assert rep["tools"]["codex"]["facts"]["owned"]["CONDUIT_API_KEY"] == "sk-...-abc" or \
         "sk-test-abc" not in str(rep)
+
+
+def test_installed_version_is_cached_per_binary_and_mtime(tmp_path: Path) -> None:
+    import os
+
+    from conduit.adapters.versions import at_least, installed_version
+
+    exe = tmp_path / "codex"
+    exe.write_text('#!/bin/sh\necho "codex-cli 0.171.0"\n')
+    exe.chmod(0o755)
+    assert installed_version(("nope-not-here", "codex"), path=str(tmp_path)) == "0.171.0"
+    exe.write_text('#!/bin/sh\necho "codex-cli 0.90.2"\n')
+    st = exe.stat()
+    os.utime(exe, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # an upgrade in place: a new mtime
+    assert installed_version(("codex",), path=str(tmp_path)) == "0.90.2"
+    exe.write_text("#!/bin/sh\necho no version here; exit 3\n")
+    os.utime(exe, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    assert installed_version(("codex",), path=str(tmp_path)) is None
+    assert installed_version(("codex",), path="") is None
+    assert at_least("0.97", (0, 97, 0)) and not at_least("0.96.9", (0, 97, 0)) and not at_least(None, (0,))

@@ -7,7 +7,8 @@ the key goes in the channel's auth header style (``Authorization: Bearer`` or ``
 
 Verdicts (``Verdict``), from the answer or the failure:
     ok            2xx
-    auth          401 / 403: "the key was refused; check for whitespace or a revoked key"
+    auth          401 / 403: "the key was refused; check for whitespace or a revoked key"; tried once in the
+                  other header style, and when that answers 2xx the hint names it (``auth = "x-api-key"``)
     path          404: the neighbouring base URLs (with and without ``/v1``, without ``/api``) are tried and
                   the first one that answers is named in ``working_base``
     rate_limited  429
@@ -33,13 +34,14 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from conduit.adapters.base import Root
+from conduit.daemon.agent.otherauth import other_style, retry_status, works_as
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
@@ -258,6 +260,11 @@ async def probe_once(client: httpx.AsyncClient, target: ProbeTarget) -> ProbeRes
             hint = f"set the channel's base_url to {root}"
         else:
             hint = "check the base_url against the gateway's docs; no neighbouring base URL answered either"
+    if verdict is Verdict.AUTH and target.key:
+        alt = replace(target, auth=other_style(target.auth))
+        again = await retry_status(client, url, alt.headers(), timeout)
+        if again is not None and again < 300:
+            msg, hint = works_as(resp.status_code, target.auth, alt.auth, again, target.channel)
     return ProbeResult(verdict, resp.status_code, latency, url, msg, hint=hint, working_base=working, at=time.time())
 
 

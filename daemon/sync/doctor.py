@@ -1,7 +1,8 @@
 """``conduit doctor``: per tool, is its file found, which version, is it in sync, and who overrides conduit.
 
-Read-only: it runs a dry-run sync to tell "in sync" from "drifted" and asks each adapter's ``inspect`` for
-facts. Keys appear only as fingerprints. It also says when the sync daemon is alive but stalled: its lock file's
+Read-only: it runs a dry-run sync to tell "in sync" from "drifted", asks each adapter's ``inspect`` for
+facts, and its ``outranks`` for what will stop the tool from using conduit's settings although the files match
+(``conduit.daemon.sync.outrank``: states ``overridden``, ``untrusted``, ``refused``). Keys appear only as fingerprints. It also says when the sync daemon is alive but stalled: its lock file's
 busy marker (``conduit.daemon.sync.progress``) shows no progress of its loop for longer than ``STALL_AFTER_S``.
 """
 
@@ -10,11 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conduit.adapters.base import Env, ToolFacts
+from conduit.adapters.base import Adapter, Env, ToolFacts
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.profile import LoadedProfile, load_profile
-from conduit.daemon.sync.engine import sync
+from conduit.daemon.config.resolve import Resolver
+from conduit.daemon.sync.engine import ToolReport, sync
 from conduit.daemon.sync.lock import daemon_activity
+from conduit.daemon.sync.outrank import apply_blockers, blockers_for
 from conduit.daemon.sync.state import profile_error, read_state, tool_facts
 from conduit.errors import ConduitError
 
@@ -37,8 +40,10 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
 
     Returns:
         ``{"ok": bool, "profile": {...}, "tools": {name: {...}}, "warnings": [str]}``; each tool has
-        ``managed`` (a [tools.<name>] table exists), ``state`` (in_sync / drifted / not_found / unsupported /
-        error / disabled / not_managed), ``diff`` (masked), ``message``, ``restart_hint``, ``facts`` (the
+        ``managed`` (a [tools.<name>] table exists), ``state`` (in_sync / drifted / not_synced / overridden /
+        untrusted / refused / not_found / unsupported / error / disabled / not_managed), ``why`` and ``fix``
+        (words; ``fix`` None when nothing is to do), ``blockers`` (each ``{"state", "source", "why", "fix"}``,
+        most severe first; see ``conduit.daemon.sync.outrank``), ``diff`` (masked), ``message``, ``restart_hint``, ``facts`` (the
         adapter's ``ToolFacts.as_dict()``) and ``summary`` (its one line for the table); ``daemon`` has
         ``running``, ``pid``, ``last_sync``, ``profile_error`` and ``stalled_for_s`` (seconds, or None; set when
         the loop is stalled, which also makes ``ok`` False and adds a warning).
@@ -53,9 +58,10 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         report["ok"] = False
         report["profile"] = {"path": str(profile_path or ""), "ok": False, "error": str(exc)}
     sync_reports = {}
+    resolver = Resolver(profile) if profile is not None else None
     if profile is not None:
         try:
-            sync_reports = {t.tool: t for t in sync(profile, dry_run=True, env=env).tools}
+            sync_reports = {t.tool: t for t in sync(profile, dry_run=True, env=env, resolver=resolver).tools}
         except ConduitError as exc:
             report["ok"] = False
             report["warnings"].append(str(exc))
@@ -66,13 +72,10 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         if tr is None:
             entry["state"] = "not_managed"
         else:
-            entry["state"] = _STATE.get(tr.status, tr.status)
-            if tr.status == "changed" and all(r.diff.startswith("--- /dev/null") for r in tr.results if r.changed):
-                entry["state"] = "not_synced"  # files conduit would create: never synced yet, not drifted
-            entry["diff"] = "\n".join(r.diff for r in tr.results if r.diff)
-            entry["message"] = tr.message
-            entry["restart_hint"] = adapter.restart_hint
-            if entry["state"] in ("drifted", "not_synced", "error", "unsupported"):
+            _sync_state(entry, tr, adapter)
+            if resolver is not None:
+                report["warnings"] += apply_blockers(entry, blockers_for(adapter, name, resolver, env))
+            if entry["state"] in NOT_OK:
                 report["ok"] = False
         try:
             facts = adapter.inspect(env)
@@ -85,6 +88,20 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         report["warnings"] += facts.override_warnings(name)
     _daemon_facts(report, STALL_AFTER_S if stall_after_s is None else stall_after_s)
     return report
+
+
+NOT_OK = ("drifted", "not_synced", "error", "unsupported", "overridden", "untrusted", "refused")
+"""Tool states that make doctor's ``ok`` False (exit 1)."""
+
+
+def _sync_state(entry: dict[str, Any], tr: ToolReport, adapter: Adapter) -> None:
+    """A managed tool's ``state``, ``diff``, ``message`` and ``restart_hint`` from its dry-run sync report."""
+    entry["state"] = _STATE.get(tr.status, tr.status)
+    if tr.status == "changed" and all(r.diff.startswith("--- /dev/null") for r in tr.results if r.changed):
+        entry["state"] = "not_synced"  # files conduit would create: never synced yet, not drifted
+    entry["diff"] = "\n".join(r.diff for r in tr.results if r.diff)
+    entry["message"] = tr.message
+    entry["restart_hint"] = adapter.restart_hint
 
 
 def _daemon_facts(report: dict[str, Any], stall_after_s: float) -> None:
