@@ -40,15 +40,17 @@ def gpu_memory(probe: GpuProbe | None = None, index: int = 0) -> dict[str, Any]:
 
     Read through ``probe`` (default ``agent.gpu.default_probe()``: real NVML, or ``$CONDUIT_FAKE_GPUS``);
     ``total_bytes``/``free_bytes`` (``nvidia-smi --query-gpu=memory.total,memory.free``) are None with an
-    ``error`` ("no NVIDIA GPU: ...") when there is no such GPU or NVML refused its memory. Never raises.
+    ``error`` ("no NVIDIA GPU: ...") when there is no such GPU or NVML refused its memory; ``count``: the GPUs
+    NVML sees (for the data-parallel advice). Never raises.
     """
     report = (probe or default_probe()).sample()
     g = next((g for g in report.gpus if g.index == index), None)
     if g is None:
         why = report.reason or (f"GPU {index}: not found" if report.gpus else "no NVIDIA GPU found")
-        return {"total_bytes": None, "free_bytes": None, "name": None, "error": why}
+        return {"total_bytes": None, "free_bytes": None, "name": None, "error": why, "count": len(report.gpus)}
     error = None if g.total_bytes is not None else f"GPU {index}: {g.errors.get('memory', 'memory unknown')}"
-    return {"total_bytes": g.total_bytes, "free_bytes": g.free_bytes, "name": g.name, "error": error}
+    return {"total_bytes": g.total_bytes, "free_bytes": g.free_bytes, "name": g.name, "error": error,
+            "count": len(report.gpus)}
 
 
 def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int] | None = None,
@@ -104,6 +106,7 @@ def _read_gpu(s: dict[str, Any], use_nvml: bool, probe: GpuProbe | None) -> dict
             f"GPU memory size unknown ({gpu['error']})",
             hint="pass --gpu-memory SIZE (e.g. 80GiB), or --cpu-kv-space SIZE for vLLM's CPU build")
     s.update(gpu_memory_bytes=gpu["total_bytes"], gpu_free_bytes=gpu["free_bytes"], gpu_name=gpu["name"])
+    s.setdefault("gpus_available", gpu.pop("count"))
     return gpu
 
 
@@ -116,7 +119,7 @@ def render(result: Mapping[str, Any], console: Console) -> None:
     """Print ``run_plan``'s result as rich tables (ledger, verdict and fixes, fragmentation)."""
     led = result.get("ledger")
     if led:
-        t = Table(title=f"vLLM memory ledger: {led['model']} ({led['device']})", show_lines=False)
+        t = Table(title=f"vLLM memory ledger per GPU: {led['model']} ({led['device']})", show_lines=False)
         t.add_column("item")
         t.add_column("value", justify="right")
         t.add_column("how")
@@ -125,7 +128,8 @@ def render(result: Mapping[str, Any], console: Console) -> None:
         if led["requested_bytes"] is not None:
             t.add_row("x gpu_memory_utilization", _b(led["requested_bytes"]),
                       f"ceil(total x {led['gpu_memory_utilization']})")
-        t.add_row("weights", _b(led["weights_bytes"]),
+        _parallel_rows(t, led)
+        t.add_row("weights per GPU", _b(led["weights_bytes"]),
                   f"{led['weights_source']}, as {led['model_dtype']}")
         ov = led.get("overhead")
         if ov:
@@ -134,19 +138,22 @@ def render(result: Mapping[str, Any], console: Console) -> None:
                       f"{format_bytes(ov['sampler_bytes'])}, non-torch {format_bytes(ov['non_torch_bytes'])}, "
                       f"CUDA graphs {format_bytes(ov['cuda_graph_bytes'])}")
         t.add_row("KV budget", _b(led["kv_budget_bytes"]), led["budget_source"])
-        t.add_row("KV bytes per token", f"{led['kv_bytes_per_token']:,} B",
-                  f"2 x layers x kv_heads x head_dim x {led['kv_dtype_bytes']} B ({led['kv_cache_dtype']})")
+        t.add_row("KV bytes per token per GPU", f"{led['kv_bytes_per_token']:,} B",
+                  f"2 x layers x {led['kv_heads_per_gpu']} kv_heads x head_dim x {led['kv_dtype_bytes']} B "
+                  f"({led['kv_cache_dtype']})")
         t.add_row("block", f"{led['block_size']} tokens = {format_bytes(led['bytes_per_block'])}",
                   "block_size x bytes per token")
         t.add_row("KV capacity", f"{led['num_blocks']:,} blocks = {led['kv_block_tokens']:,} tokens",
                   "budget // bytes per block")
-        t.add_row("max concurrency", f"{led['max_concurrency']:.2f}x",
+        t.add_row("max concurrency per replica", f"{led['max_concurrency']:.2f}x",
                   f"blocks / {led['blocks_per_request']} blocks per {led['max_model_len']}-token request")
         t.add_row("max_num_seqs / batched tokens", f"{led['max_num_seqs']} / {led['max_num_batched_tokens']}", "")
         console.print(t)
         console.print(f"vLLM would log: [bold]{led['vllm_log_line']}[/bold]")
         colour = {"fits": "green", "fits_with_n": "yellow", "does_not_fit": "red"}[led["verdict"]]
         console.print(f"[{colour}]verdict: {led['summary']}[/{colour}]")
+        if led.get("parallel_advice"):
+            console.print(f"[cyan]data parallel: {led['parallel_advice']}[/cyan]")
         for fx in led["fixes"]:
             console.print(f"  fix: set {fx['setting']} = {fx['value']}  ({fx['reason']})")
         for note in led["notes"]:
@@ -167,6 +174,19 @@ def render(result: Mapping[str, Any], console: Console) -> None:
         console.print(f"  {used:,} tokens in requests of {', '.join(map(str, frag['lengths']))}")
 
 
+def _parallel_rows(t: Table, led: Mapping[str, Any]) -> None:
+    """Rows for TP x PP x DP and, with pipeline stages, each stage's layers, weights, KV and blocks."""
+    tp, pp, dp = led["tensor_parallel_size"], led["pipeline_parallel_size"], led["data_parallel_size"]
+    if tp * pp * dp == 1:
+        return
+    t.add_row("GPUs in all", f"{led['gpus_total']}", f"tensor {tp} x pipeline {pp} x data {dp}")
+    if pp > 1:
+        for st in led["stages"]:
+            mark = " (limits)" if st["stage"] == led["limiting_stage"] else ""
+            t.add_row(f"stage {st['stage']}{mark}", f"{st['layers']} layers, {format_bytes(st['weights_bytes'])}",
+                      f"{st['kv_bytes_per_token']:,} KV B/token, {st['num_blocks']:,} blocks per GPU")
+
+
 @commands.command("plan")
 def plan_command(
     model: str | None = typer.Argument(None, help="Model directory, or org/name in the local Hugging Face cache."),
@@ -185,6 +205,12 @@ def plan_command(
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens"),
     block_size: int | None = typer.Option(None, "--block-size", help="Default 16 (GPU), 128 (CPU)."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs (no graph memory)."),
+    tensor_parallel_size: int | None = typer.Option(None, "--tensor-parallel-size", help="vLLM TP size (default 1)."),
+    pipeline_parallel_size: int | None = typer.Option(None, "--pipeline-parallel-size", help="vLLM PP size (default 1)."),
+    data_parallel_size: int | None = typer.Option(None, "--data-parallel-size", help="vLLM DP replicas (default 1)."),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", help="MoE: whole experts per GPU."),
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs in one machine (default 8)."),
+    gpus: int | None = typer.Option(None, "--gpus", help="GPUs there are in all (default: NVML's count)."),
     requests: str | None = typer.Option(None, "--requests", help="Request lengths for the fragmentation table: 500,100,2000."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -198,6 +224,9 @@ def plan_command(
         "max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
         "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
         "block_size": block_size, "enforce_eager": enforce_eager or None,
+        "tensor_parallel_size": tensor_parallel_size, "pipeline_parallel_size": pipeline_parallel_size,
+        "data_parallel_size": data_parallel_size, "enable_expert_parallel": enable_expert_parallel or None,
+        "gpus_per_node": gpus_per_node, "gpus_available": gpus,
     }
     lengths = parse_lengths(requests) if requests is not None else None
     if model is None and lengths is None:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -61,6 +61,8 @@ from conduit.daemon.plan.memory import (
     weights_in_memory_bytes,
 )
 from conduit.daemon.plan.model import ModelInfo, inspect_model
+from conduit.daemon.plan.parallel import Parallel, StageShare, gpu_share_bytes, kv_heads_per_gpu, shard
+from conduit.daemon.plan.scaling import dp_advice, parallel_fix
 from conduit.daemon.plan.settings import (
     DEFAULT_CPU_BLOCK_SIZE,
     DEFAULT_GPU_BLOCK_SIZE,
@@ -88,8 +90,21 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class StageFigures:
+    """One pipeline stage, per GPU: its layers, weight bytes, KV bytes per token, KV budget and blocks."""
+
+    stage: int
+    layers: int
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kv_budget_bytes: int
+    num_blocks: int
+
+
+@dataclass(frozen=True)
 class Ledger:
-    """The memory ledger. All sizes in bytes; ``kv_tokens`` / ``max_concurrency`` are what vLLM logs as
+    """The memory ledger, per GPU (with TP/PP: one GPU of the limiting pipeline stage, the one with the
+    fewest KV blocks, which vLLM applies to every worker). All sizes in bytes; ``kv_tokens`` / ``max_concurrency`` are what vLLM logs as
     ``<DEV> KV cache size: N tokens, Maximum concurrency for L tokens per request: X.XXx``.
 
     Attributes:
@@ -106,6 +121,11 @@ class Ledger:
         kv_tokens: ``int(max_concurrency x max_model_len)`` as vLLM logs it.
         full_length_sequences: whole sequences of max_model_len that fit at once (floor of max_concurrency).
         largest_max_model_len: the largest max_model_len whose blocks fit beside the null block.
+        tensor_parallel_size / pipeline_parallel_size / data_parallel_size: the sizes planned;
+        gpus_total: tp x pp x dp, the GPUs needed in all. kv_heads_per_gpu: ``max(1, kv_heads // tp)``.
+        stages: per-stage figures (``parallel.shard``); limiting_stage: the index the ledger shows.
+        max_concurrency and kv_tokens are per replica; ``data_parallel_size`` replicas serve side by side.
+        parallel_advice: "one replica fits on N GPUs: ... use data_parallel_size = K/N", or None.
     """
 
     model: str
@@ -138,6 +158,14 @@ class Ledger:
     summary: str
     fixes: tuple[Fix, ...] = ()
     notes: tuple[str, ...] = ()
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    gpus_total: int = 1
+    kv_heads_per_gpu: int = 0
+    stages: tuple[StageFigures, ...] = ()
+    limiting_stage: int = 0
+    parallel_advice: str | None = None
 
     @property
     def vllm_log_line(self) -> str:
@@ -209,25 +237,46 @@ class _Capacity:
 
 
 def plan(model: ModelInfo, settings: Mapping[str, Any] | PlanSettings | None = None) -> Ledger:
-    """Compute the memory ledger for ``model`` under ``settings`` (a dict like the profile's ``[vllm]``).
+    """Compute the memory ledger for ``model`` under ``settings`` (a dict like the profile's ``[vllm]``),
+    per GPU under ``tensor_parallel_size`` x ``pipeline_parallel_size`` x ``data_parallel_size``.
 
     The KV budget is, in this order: ``cpu_kvcache_space_bytes`` (VLLM_CPU_KVCACHE_SPACE), else
     ``kv_cache_memory_bytes`` (``--kv-cache-memory-bytes``): both used whole, nothing subtracted, as vLLM
-    does; else on GPU ``ceil(total x gpu_memory_utilization) - weights - overhead estimate``.
+    does; else on GPU ``ceil(total x gpu_memory_utilization) - weights - overhead estimate``, each GPU with
+    its own share of the weights (``parallel``). When it does not fit, the fixes name the smallest TP (and PP)
+    that does (``scaling``); when it fits, ``parallel_advice`` says when DP is the better use of the GPUs.
 
     Raises:
-        PlanArgumentError: a bad setting, or no memory size at all (neither GPU memory nor a KV space), or
-            no max_model_len anywhere (not in settings, not in config.json).
+        PlanArgumentError: a bad setting (a parallel size vLLM refuses for the model included), or no memory
+            size at all (neither GPU memory nor a KV space), or no max_model_len anywhere.
     """
-    s = settings_from_dict(settings)
+    return _plan(model, settings_from_dict(settings), search=True)
+
+
+def _once(model: ModelInfo) -> Callable[[PlanSettings], Ledger]:
+    return lambda st: _plan(model, st, search=False)
+
+
+def _plan(model: ModelInfo, s: PlanSettings, search: bool) -> Ledger:
+    """``plan``; ``search`` False for the candidates of the search itself (no fixes by more GPUs, no advice)."""
     notes = list(model.notes)
-    z = _sizing(model, s, notes)
-    b = _budget(model, s, z, notes)
-    c = _capacity(b.budget, z)
-    verdict, summary, fixes = _verdict(model, z, b, c)
+    par = Parallel(s.tensor_parallel_size, s.pipeline_parallel_size, s.data_parallel_size, s.enable_expert_parallel)
+    z, b, c, stages, lim = _limiting_stage(model, s, par, _sizing(model, s, notes), notes)
+    if b.source == "gpu_memory_utilization" and search:
+        def more_gpus(what: str) -> list[Fix]:
+            return [Fix(*f) for f in parallel_fix(model, s, _once(model), what)]
+    else:
+        def more_gpus(what: str) -> list[Fix]:
+            return []
+    verdict, summary, fixes = _verdict(model, z, b, c, more_gpus)
     limit = model.max_len_limit
     if limit and z.max_len > limit:
-        verdict, summary, fixes = _over_limit(model, s, z, limit)
+        verdict, summary, fixes = _over_limit(model, s, z, limit, search)
+    advice = (dp_advice(model, s, _once(model), min(c.conc, z.max_seqs) * par.dp)
+              if search and verdict is not Verdict.DOES_NOT_FIT else None)
+    if s.gpus_available and par.gpus > s.gpus_available:
+        notes.append(f"tensor x pipeline x data parallel = {par.tp} x {par.pp} x {par.dp} = {par.gpus} GPUs; "
+                     f"only {s.gpus_available} available")
     return Ledger(
         model=model.name, device=s.device, model_dtype=z.model_dtype, kv_cache_dtype=s.kv_cache_dtype,
         kv_dtype_bytes=z.kv_b, weights_bytes=z.weights, weights_source=model.weights_source,
@@ -237,8 +286,36 @@ def plan(model: ModelInfo, settings: Mapping[str, Any] | PlanSettings | None = N
         bytes_per_block=c.bpb, num_blocks=c.num_blocks, kv_block_tokens=c.num_blocks * z.block,
         blocks_per_request=c.per_req, max_concurrency=c.conc, kv_tokens=c.kv_tokens,
         full_length_sequences=c.full, largest_max_model_len=max(c.largest, 0), verdict=verdict,
-        summary=summary, fixes=tuple(fixes), notes=tuple(notes),
+        summary=summary, fixes=tuple(fixes), notes=tuple(notes), tensor_parallel_size=par.tp,
+        pipeline_parallel_size=par.pp, data_parallel_size=par.dp, gpus_total=par.gpus,
+        kv_heads_per_gpu=kv_heads_per_gpu(model, par.tp), stages=stages, limiting_stage=lim, parallel_advice=advice,
     )
+
+
+def _limiting_stage(model: ModelInfo, s: PlanSettings, par: Parallel, whole: _Sizing, notes: list[str]
+                    ) -> tuple[_Sizing, _Budget, _Capacity, tuple[StageFigures, ...], int]:
+    """Per-GPU sizing, budget and capacity of every pipeline stage, and the stage with the fewest blocks
+    (vLLM lowers every worker to that count, ``get_kv_cache_configs``). One GPU holding the whole model keeps
+    the exact weight bytes."""
+    rows = []
+    for share in shard(model, par):
+        z = dataclasses.replace(whole, weights=_gpu_weights(model, whole.weights, par, share),
+                                per_token=share.kv_values_per_token * whole.kv_b)
+        stage_notes: list[str] = []
+        b = _budget(model, s, z, stage_notes, par.tp)
+        c = _capacity(b.budget, z)
+        rows.append((c.num_blocks, b.budget, share, z, b, c, stage_notes))
+    _, _, share, z, b, c, stage_notes = min(rows, key=lambda r: (r[0], r[1]))
+    notes.extend(stage_notes)
+    figures = tuple(StageFigures(r[2].stage, r[2].layers, r[3].weights, r[3].per_token, r[1], r[0]) for r in rows)
+    return z, b, c, figures, share.stage
+
+
+def _gpu_weights(model: ModelInfo, whole: int, par: Parallel, share: StageShare) -> int:
+    """One GPU's weight bytes; the whole model's when nothing is split (TP = PP = 1, experts not over DP)."""
+    if par.per_replica == 1 and not (model.num_experts and par.dp > 1):
+        return whole
+    return gpu_share_bytes(model, whole, share)
 
 
 def _sizing(model: ModelInfo, s: PlanSettings, notes: list[str]) -> _Sizing:
@@ -267,7 +344,7 @@ def _sizing(model: ModelInfo, s: PlanSettings, notes: list[str]) -> _Sizing:
     )
 
 
-def _budget(model: ModelInfo, s: PlanSettings, z: _Sizing, notes: list[str]) -> _Budget:
+def _budget(model: ModelInfo, s: PlanSettings, z: _Sizing, notes: list[str], tp: int = 1) -> _Budget:
     """The KV budget: an explicit KV space whole, else the GPU's utilization share less weights and overhead."""
     total = s.gpu_memory_bytes
     if s.cpu_kvcache_space_bytes is not None:
@@ -287,7 +364,7 @@ def _budget(model: ModelInfo, s: PlanSettings, z: _Sizing, notes: list[str]) -> 
                                 hint="pass --gpu-memory SIZE (e.g. 80GiB) or --cpu-kv-space SIZE")
     util = s.gpu_memory_utilization
     requested = math.ceil(total * util)
-    overhead = estimate_overhead(model, z.model_dtype, z.batched, z.max_seqs, s.enforce_eager)
+    overhead = estimate_overhead(model, z.model_dtype, z.batched, z.max_seqs, s.enforce_eager, tp)
     free = s.gpu_free_bytes
     if free is not None and free < requested:
         notes.append(f"only {format_bytes(free)} free of {format_bytes(total)}: vLLM would fail "
@@ -312,10 +389,11 @@ def _capacity(budget: int, z: _Sizing) -> _Capacity:
     )
 
 
-def _over_limit(model: ModelInfo, s: PlanSettings, z: _Sizing, limit: int) -> tuple[Verdict, str, list[Fix]]:
+def _over_limit(model: ModelInfo, s: PlanSettings, z: _Sizing, limit: int,
+                search: bool = True) -> tuple[Verdict, str, list[Fix]]:
     """max_model_len above what the model supports: vLLM refuses to start whatever the memory. The fix is the
     model's limit, or the round length that fits under it when memory is short there too."""
-    at_limit = plan(model, dataclasses.replace(s, max_model_len=limit))
+    at_limit = _plan(model, dataclasses.replace(s, max_model_len=limit), search)
     value = limit
     if at_limit.verdict is Verdict.DOES_NOT_FIT:
         lens = [int(f.value) for f in at_limit.fixes if f.setting == "max_model_len"]
@@ -346,21 +424,6 @@ def _len_fix(z: _Sizing, largest: int, why: str) -> list[Fix]:
     return [Fix("max_model_len", str(r), why)] if r >= min(2048, z.max_len // 2) and r >= z.block else []
 
 
-def _tp_fix(model: ModelInfo, z: _Sizing, b: _Budget, what: str) -> list[Fix]:
-    """The smallest tensor_parallel_size (2, 4, 8) that fits ``what`` at the asked length: weights and KV heads
-    split across GPUs like this one (KV heads replicated when there are fewer than GPUs; MLA not split)."""
-    if b.source != "gpu_memory_utilization" or not b.requested or b.overhead is None:
-        return []
-    per_req = math.ceil(z.max_len / z.block)
-    for n in (2, 4, 8):
-        kv_share = 1.0 if model.mla_kv_dim else max(1, model.num_kv_heads // n) / model.num_kv_heads
-        bpb = math.ceil(z.per_token * kv_share) * z.block
-        if b.requested - z.weights // n - b.overhead.total_bytes - bpb >= per_req * bpb:
-            return [Fix("tensor_parallel_size", str(n), f"{n} GPUs like this one hold {what} (weights and KV "
-                        f"cache split {n} ways)")]
-    return []
-
-
 def _budget_fixes(z: _Sizing, b: _Budget, need_budget: int, what: str) -> list[Fix]:
     """Fixes that raise the KV budget to ``need_budget`` bytes, in the setting the budget came from."""
     if b.source == "gpu_memory_utilization" and b.total and b.overhead is not None:
@@ -374,13 +437,15 @@ def _budget_fixes(z: _Sizing, b: _Budget, need_budget: int, what: str) -> list[F
     return []
 
 
-def _verdict(model: ModelInfo, z: _Sizing, b: _Budget, c: _Capacity) -> tuple[Verdict, str, list[Fix]]:
-    """Whether full-length requests fit, in one sentence, and the settings that would make them fit."""
+def _verdict(model: ModelInfo, z: _Sizing, b: _Budget, c: _Capacity,
+             more_gpus: Callable[[str], list[Fix]]) -> tuple[Verdict, str, list[Fix]]:
+    """Whether full-length requests fit, in one sentence, and the settings that would make them fit
+    (``more_gpus(what)``: the tensor/pipeline parallel size that holds ``what``, ``scaling.parallel_fix``)."""
     fp8_bpb = c.bpb // z.kv_b if z.kv_b > 1 else 0
     fp8_fits = z.kv_b > 1 and b.budget - fp8_bpb >= c.per_req * fp8_bpb
     one = f"one {z.max_len}-token sequence"
     if b.budget <= 0:
-        fixes = _budget_fixes(z, b, c.needed + c.bpb, one) or [*_tp_fix(model, z, b, one), Fix(
+        fixes = _budget_fixes(z, b, c.needed + c.bpb, one) or [*more_gpus(one), Fix(
             "model", "a quantized checkpoint (AWQ / GPTQ / FP8) of this model",
             "the weights do not fit on this device at any utilization")]
         return Verdict.DOES_NOT_FIT, (
@@ -391,7 +456,7 @@ def _verdict(model: ModelInfo, z: _Sizing, b: _Budget, c: _Capacity) -> tuple[Ve
                          "reports as the estimated maximum model length)")
         fixes += _budget_fixes(z, b, c.needed + c.bpb, one)
         if not fixes:
-            fixes = _tp_fix(model, z, b, one)
+            fixes = more_gpus(one)
         if fp8_fits:
             fixes.append(Fix("kv_cache_dtype", "fp8", f"cuts the KV bytes per token {z.per_token} -> "
                              f"{z.per_token // z.kv_b}"))

@@ -83,7 +83,7 @@ class Overhead:
 
 
 def estimate_overhead(model: ModelInfo, model_dtype: str, max_num_batched_tokens: int, max_num_seqs: int,
-                      enforce_eager: bool) -> Overhead:
+                      enforce_eager: bool, tp: int = 1) -> Overhead:
     """Estimate what vLLM's start-up profiling measures besides the weights. It is an estimate.
 
     - activation peak of the dummy forward pass over ``max_num_batched_tokens`` tokens (T):
@@ -92,11 +92,16 @@ def estimate_overhead(model: ModelInfo, model_dtype: str, max_num_batched_tokens
       at once);
     - sampler peak over ``max_num_seqs`` rows (S): ``S x vocab x 4 bytes x 2`` (float32 logits + probs);
     - ``NON_TORCH_BYTES`` (1 GiB) and, unless ``enforce_eager``, ``CUDA_GRAPH_BYTES`` (1 GiB).
+
+    With ``tp`` > 1 (one GPU of a tensor-parallel group) the qkv and MLP activations are the rank's shard
+    (``heads / tp``, ``max(1, kv_heads // tp)``, ``intermediate / tp``); the residual stream and the gathered
+    logits stay whole.
     """
     b = DTYPE_BYTES[model_dtype]
     hidden = model.hidden_size or model.num_attention_heads * model.head_dim
     inter = model.intermediate_size or 4 * hidden
-    per_tok = 2 * hidden + (model.num_attention_heads + 2 * model.num_kv_heads) * model.head_dim + 3 * inter
+    kv = model.num_kv_heads if tp == 1 else max(1, model.num_kv_heads // tp)
+    per_tok = 2 * hidden + (model.num_attention_heads // tp + 2 * kv) * model.head_dim + 3 * (inter // tp)
     act = max_num_batched_tokens * per_tok * b
     vocab = model.vocab_size or 32000
     samp = max_num_seqs * vocab * 4 * 2

@@ -112,6 +112,9 @@ class ModelInfo:
         numel_by_dtype: element counts per safetensors dtype (empty for an estimate).
         intermediate_size / vocab_size: for the activation estimate (None when absent).
         sliding_window: config ``sliding_window`` (None when absent).
+        num_experts / moe_intermediate_size / num_shared_experts: MoE shape (``num_local_experts``,
+            ``n_routed_experts`` or ``num_experts``; 0 experts for a dense model), for the per-GPU ledger.
+        tie_word_embeddings: the LM head shares the embedding matrix (config ``tie_word_embeddings``).
         notes: things the reader of the ledger should know (estimates, assumptions).
     """
 
@@ -137,6 +140,10 @@ class ModelInfo:
     max_len_limit: int | None = None
     max_len_key: str | None = None
     default_max_len: int | None = None
+    num_experts: int = 0
+    moe_intermediate_size: int | None = None
+    num_shared_experts: int = 0
+    tie_word_embeddings: bool = False
 
 
 def _first(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
@@ -206,6 +213,10 @@ def inspect_model(model: str | os.PathLike[str], env: Mapping[str, str] | None =
         vocab_size=int(text["vocab_size"]) if text.get("vocab_size") else None,
         sliding_window=sliding, mla_kv_dim=mla_kv_dim, notes=tuple(notes),
         max_len_limit=lim.limit, max_len_key=lim.key, default_max_len=lim.default,
+        num_experts=int(text.get("num_local_experts") or text.get("n_routed_experts") or text.get("num_experts") or 0),
+        moe_intermediate_size=int(text["moe_intermediate_size"]) if text.get("moe_intermediate_size") else None,
+        num_shared_experts=int(text.get("n_shared_experts") or 0),
+        tie_word_embeddings=bool(text.get("tie_word_embeddings")),
     )
 
 

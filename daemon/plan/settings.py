@@ -37,6 +37,10 @@ class PlanSettings:
         gpu_memory_utilization: ``--gpu-memory-utilization`` (default 0.92).
         max_num_seqs / max_num_batched_tokens: scheduler limits (defaults: vLLM's per-device table).
         enforce_eager: ``--enforce-eager`` (no CUDA graphs, so no graph memory).
+        tensor_parallel_size / pipeline_parallel_size / data_parallel_size: vLLM's parallel sizes (default 1);
+            ``enable_expert_parallel``: ``--enable-expert-parallel`` (MoE experts whole per GPU).
+        gpus_per_node: GPUs in one machine (planner only, default 8): TP beyond it goes to PP instead.
+        gpus_available: GPUs there are in all (planner only; NVML's count when read), for the DP advice.
     """
 
     device: str = "gpu"
@@ -53,6 +57,12 @@ class PlanSettings:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool = False
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    gpus_per_node: int = 8
+    gpus_available: int | None = None
 
 
 _SETTING_ALIASES = {"gpu_memory": "gpu_memory_bytes", "cpu_kv_space": "cpu_kvcache_space_bytes",
@@ -108,12 +118,15 @@ def _device(key: str, v: Any) -> str:
 _CONVERT: dict[str, Callable[[str, Any], Any]] = {
     **dict.fromkeys(("gpu_memory_bytes", "gpu_free_bytes", "cpu_kvcache_space_bytes", "kv_cache_memory_bytes"),
                     _size),
-    **dict.fromkeys(("block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens"), _positive_int),
+    **dict.fromkeys(("block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                     "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus_per_node",
+                     "gpus_available"), _positive_int),
     "gpu_memory_utilization": _utilization,
     "dtype": lambda key, v: normalize_dtype(str(v), where=key),
     "kv_cache_dtype": _kv_cache_dtype,
     "device": _device,
     "enforce_eager": lambda key, v: bool(v),
+    "enable_expert_parallel": lambda key, v: bool(v),
 }
 
 
@@ -147,7 +160,8 @@ def settings_from_dict(values: Mapping[str, Any] | PlanSettings | None) -> PlanS
 
 
 _SECTION_KEYS = ("dtype", "kv_cache_dtype", "block_size", "max_model_len", "gpu_memory_utilization",
-                 "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "kv_cache_memory_bytes")
+                 "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "kv_cache_memory_bytes",
+                 "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel")
 
 
 def settings_from_vllm_section(section: Mapping[str, Any]) -> dict[str, Any]:
