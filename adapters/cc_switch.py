@@ -12,6 +12,11 @@ the old key or model back. Facts (shared/formats/cc-switch.md, read from farion1
 - v3.0-3.7: JSON ``<dir>/config.json`` ``{"version": 2, "claude": {"providers": {id: {id, name,
   settingsConfig}}, "current": id}}``; renamed ``config.json.migrated`` once the database exists.
 - CC Switch stores what it is given, so values must already be normalized: no ``/v1`` in a Claude base URL.
+
+Coexistence: a provider chosen in CC Switch's own window is the user's choice. ``plan`` keeps conduit's row
+current in content, but marks it current (both layers) only when the sync engine says the profile's choice for
+CC Switch changed since the last sync, or ``conduit sync --force`` (the engine's ``TAKE_CURRENT`` option), or
+when no provider is current at all. ``selected_provider`` says which provider CC Switch has selected (doctor).
 """
 
 from __future__ import annotations
@@ -63,6 +68,11 @@ class CCSwitchOptions(BaseModel):
     make_current: bool = True
 
 
+TAKE_CURRENT = "_take_current"
+"""The option the sync engine adds (never the profile: ``CCSwitchOptions`` refuses it there): True when conduit
+should take ``is_current`` back (the profile's choice changed since the last sync, or ``--force``)."""
+
+
 def provider_id(channel: str) -> str:
     """The stable provider id conduit owns for a channel: ``conduit-<channel>``."""
     return f"conduit-{channel}"
@@ -98,6 +108,8 @@ class CCSwitch(AdapterDefaults):
     restart_hint: ClassVar[str | None] = ("restart CC Switch if it is running: it caches the current provider and may "
                               "write its old choice back")
     Options: ClassVar[type[BaseModel]] = CCSwitchOptions
+    #: The user may choose another provider in CC Switch's window: the engine passes ``TAKE_CURRENT``.
+    keeps_user_choice: ClassVar[bool] = True
 
     @staticmethod
     def store_dir(env: Env, options: Mapping[str, Any] | None = None) -> Path:
@@ -108,17 +120,20 @@ class CCSwitch(AdapterDefaults):
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """The provider row (or legacy JSON entry) and the current-provider layer. Raises NotFound when CC Switch's
         store is missing (conduit never creates it)."""
-        opts = CCSwitchOptions.model_validate(dict(settings.options))
-        d = self.store_dir(env, dict(settings.options))
+        options = dict(settings.options)
+        take = bool(options.pop(TAKE_CURRENT, True))
+        opts = CCSwitchOptions.model_validate(options)
+        d = self.store_dir(env, options)
         db = d / "cc-switch.db"
         pid = provider_id(settings.channel)
         if db.exists():
             # The row holds the key: the database and its journal files are made 0600, as any file with a key.
-            targets: list[Target] = [SqliteTarget(db, _row_writer(settings, pid, opts.make_current), label="cc-switch.db",
-                                                  mode=0o600 if settings.key else None)]
+            targets: list[Target] = [SqliteTarget(db, _row_writer(settings, pid, opts.make_current, take),
+                                                  label="cc-switch.db", mode=0o600 if settings.key else None)]
             if opts.make_current:
                 def current(doc: dict[str, Any]) -> dict[str, Any]:
-                    doc["currentProviderClaude"] = pid
+                    if take or not doc.get("currentProviderClaude"):  # else: the user's choice in CC Switch
+                        doc["currentProviderClaude"] = pid
                     return doc
 
                 targets.append(json_target(d / "settings.json", current, secret_keys=(), mode=0o644,
@@ -126,7 +141,7 @@ class CCSwitch(AdapterDefaults):
             return targets
         legacy = d / "config.json"
         if legacy.exists():
-            return [json_target(legacy, _legacy_transform(settings, pid, opts.make_current),
+            return [json_target(legacy, _legacy_transform(settings, pid, opts.make_current, take),
                                 secret_keys=SECRET_VARS, label="config.json")]
         raise NotFound(f"CC Switch not found: no {db} (v3.8+) and no {legacy} (v3.0-3.7); conduit never creates "
                        "CC Switch's store. Install and start CC Switch once, or set [tools.cc_switch] dir")
@@ -181,6 +196,43 @@ class CCSwitch(AdapterDefaults):
         return anthropic_proposal(self.name, cenv if isinstance(cenv, dict) else {})
 
 
+def selected_provider(env: Env, options: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The Claude provider CC Switch has selected now, read-only: ``{"id", "name", "by_conduit", "layer"}``
+    (``layer``: ``settings.json`` when its ``currentProviderClaude`` names it, which wins, else ``is_current``
+    or ``config.json`` for v3.0-3.7), or None when CC Switch is not installed, nothing is selected, or the
+    store cannot be read. ``by_conduit``: the id is one of conduit's (``conduit-<channel>``)."""
+    d = CCSwitch.store_dir(env, options)
+    db = d / "cc-switch.db"
+    if db.exists():
+        layer2, _ = read_json_quietly(d / "settings.json")
+        current = layer2.get("currentProviderClaude")
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=2)) as conn:
+                rows = conn.execute("SELECT id, name, is_current FROM providers WHERE app_type = ?",
+                                    (APP_TYPE,)).fetchall()
+        except sqlite3.Error:
+            return None
+        names = {str(r[0]): r[1] for r in rows}
+        chosen: str | None
+        if isinstance(current, str) and current:
+            chosen, layer = current, "settings.json"
+        else:
+            chosen, layer = next((str(r[0]) for r in rows if r[2]), None), "is_current"
+        if chosen is None:
+            return None
+        return {"id": chosen, "name": names.get(chosen), "by_conduit": chosen.startswith("conduit-"), "layer": layer}
+    doc, _ = read_json_quietly(d / "config.json")
+    claude = doc.get("claude")
+    legacy: dict[str, Any] = claude if isinstance(claude, dict) else {}
+    pid = legacy.get("current")
+    if not isinstance(pid, str) or not pid:
+        return None
+    providers = legacy.get("providers")
+    entry = providers.get(pid) if isinstance(providers, dict) else None
+    return {"id": pid, "name": entry.get("name") if isinstance(entry, dict) else None,
+            "by_conduit": pid.startswith("conduit-"), "layer": "config.json"}
+
+
 def _cc_switch_running() -> bool:
     for proc in psutil.process_iter(["name"]):
         name = (proc.info.get("name") or "").lower()
@@ -189,8 +241,10 @@ def _cc_switch_running() -> bool:
     return False
 
 
-def _row_writer(settings: ToolSettings, pid: str, make_current: bool) -> Callable[[sqlite3.Connection, bool], list[str]]:
-    """Build the SqliteTarget.apply function: upsert conduit's row, keep every column conduit does not own."""
+def _row_writer(settings: ToolSettings, pid: str, make_current: bool,
+                take: bool = True) -> Callable[[sqlite3.Connection, bool], list[str]]:
+    """Build the SqliteTarget.apply function: upsert conduit's row, keep every column conduit does not own.
+    ``take``: mark the row current even when another provider is (else only when none is)."""
     wanted_env = anthropic_env(settings)
     name = f"conduit: {settings.channel}"
 
@@ -233,7 +287,7 @@ def _row_writer(settings: ToolSettings, pid: str, make_current: bool) -> Callabl
         if make_current:
             others = conn.execute("SELECT id FROM providers WHERE app_type = ? AND is_current AND id != ?",
                                   (APP_TYPE, pid)).fetchall()
-            if others or row is None or not row[3]:
+            if (take and (others or row is None or not row[3])) or (not take and not others and not (row and row[3])):
                 conn.execute("UPDATE providers SET is_current = (id = ?) WHERE app_type = ?", (pid, APP_TYPE))
                 changes.append(f"current {APP_TYPE} provider: {', '.join(o[0] for o in others) or '(none)'} -> {pid}")
         return changes
@@ -252,8 +306,8 @@ def _loads(text: str | None, where: str) -> dict[str, Any]:
     return as_object(value, where=f"cc-switch.db {where}")
 
 
-def _legacy_transform(settings: ToolSettings, pid: str,
-                      make_current: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _legacy_transform(settings: ToolSettings, pid: str, make_current: bool,
+                      take: bool = True) -> Callable[[dict[str, Any]], dict[str, Any]]:
     wanted_env = anthropic_env(settings)
 
     def transform(doc: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +320,7 @@ def _legacy_transform(settings: ToolSettings, pid: str,
         entry["settingsConfig"] = {**config, "env": merge_env(config.get("env"), wanted_env)}
         providers[pid] = entry
         claude["providers"] = providers
-        if make_current:
+        if make_current and (take or not claude.get("current")):
             claude["current"] = pid
         doc["claude"] = claude
         return doc

@@ -527,7 +527,7 @@ def test_cli_channel_from_profile(server: ScriptedServer, run_cli, temp_home: Pa
     assert rc == 0, err
     assert server.seen[-1].path == "/v1/messages"
     rc, out, err = run_cli("--channel", "nope")
-    assert rc == 1 and "no channel `nope`" in err
+    assert rc == 3 and "channel `nope` is not defined" in err and "channels defined: gw" in err  # an unknown channel is bad input: exit 3 in every command
 
 
 def test_cli_all_requests_failing_exits_1(run_cli) -> None:

@@ -64,7 +64,10 @@ def test_unknown_top_level_and_tool(tmp_path: Path) -> None:
 
 
 def test_unknown_tool_option(tmp_path: Path) -> None:
-    msg = err(MINIMAL.replace("[tools.cline]", '[tools.cline]\ngeneraton = "C"'), tmp_path)
+    # A problem of one tool's table stops that tool only (issue 12): kept for it, not raised for the profile.
+    loaded = parse_profile(MINIMAL.replace("[tools.cline]", '[tools.cline]\ngeneraton = "C"'), tmp_path / "p.toml")
+    assert list(loaded.tool_problems) == ["cline"]
+    msg = str(loaded.tool_problems["cline"])
     assert "unknown key `generaton` for Cline" in msg and "did you mean `generation`" in msg
 
 
@@ -82,8 +85,11 @@ def test_key_source_needs_exactly_one(tmp_path: Path) -> None:
 def test_missing_channel_and_protocol_mismatch(tmp_path: Path) -> None:
     msg = err(MINIMAL.replace('channel = "taotoken"', 'channel = "taotokn"'), tmp_path)
     assert "channel `taotokn` is not defined" in msg and "did you mean `taotoken`" in msg
-    msg = err(MINIMAL.replace('protocols = ["openai", "anthropic"]', 'protocols = ["openai"]'), tmp_path)
-    assert "Claude Code speaks the anthropic protocol" in msg
+    loaded = parse_profile(MINIMAL.replace('protocols = ["openai", "anthropic"]', 'protocols = ["openai"]'),
+                           tmp_path / "p.toml")
+    assert "claude_code" in loaded.tool_problems and "cline" not in loaded.tool_problems
+    msg = str(loaded.tool_problems["claude_code"])
+    assert "Claude Code speaks the anthropic protocol" in msg and 'add "anthropic" to channels.taotoken' in msg
 
 
 def test_bad_base_url_names_key(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from conduit.adapters.base import AuthStyle, Protocol_
 from conduit.daemon.bench.wire import Endpoint
 from conduit.daemon.config.profile import load_profile
-from conduit.daemon.config.resolve import resolve_channel
+from conduit.daemon.config.resolve import require_channel, resolve_channel
 from conduit.daemon.config.sources import KeySource
 from conduit.daemon.config.sources import read_key as read_source
 from conduit.errors import ProfileError
@@ -35,9 +35,7 @@ def channel_endpoint(profile_path: str | None, name: str,
             source fails.
     """
     profile = load_profile(profile_path)
-    if name not in profile.channels:
-        raise ProfileError(f"{profile.path}: no channel `{name}`",
-                           hint=f"channels in the profile: {', '.join(profile.channels)}")
+    require_channel(profile, name)  # exit code 3, like every command given an unknown channel
     ch = resolve_channel(profile, name)
     proto: Protocol_ = protocol or ("openai" if "openai" in ch.roots else "anthropic")
     if proto not in ch.roots:
@@ -85,3 +83,20 @@ def url_warnings(ep: Endpoint) -> list[str]:
 def level_warnings(requests: int, levels: Sequence[int]) -> list[str]:
     """A warning for each level larger than the requests per level: it never reaches its concurrency."""
     return [f"level {c} gets only {requests} requests: it never runs {c} at once" for c in levels if requests < c]
+
+
+def vllm_gpus(profile_path: str | None, channel: str) -> tuple[int, str] | None:
+    """(GPUs, where from) for a channel that is the supervised vLLM (the implicit ``local`` channel of
+    ``[vllm]``): ``tensor_parallel_size x pipeline_parallel_size x data_parallel_size`` (each 1 when unset, as
+    vLLM defaults them). None for any other channel or a profile without ``[vllm]``.
+
+    Raises:
+        ProfileError: the profile cannot be read (as ``channel_endpoint``).
+    """
+    profile = load_profile(profile_path)
+    v = profile.vllm
+    if v is None or channel not in profile.implicit_channels:
+        return None
+    tp, pp, dp = v.tensor_parallel_size or 1, v.pipeline_parallel_size or 1, v.data_parallel_size or 1
+    return tp * pp * dp, (f"[vllm] tensor_parallel_size {tp} x pipeline_parallel_size {pp} x "
+                          f"data_parallel_size {dp}")

@@ -34,11 +34,12 @@ commands = typer.Typer()  # this module's commands; the root app loads them lazi
 
 def render_status(status: dict[str, Any], file: Any = None) -> None:
     """Print ``status`` (a ``/v1/status`` body) as rich tables: channels, GPUs (free/total bars), vLLM, tools."""
-    from rich.console import Console
     from rich.markup import escape as esc
     from rich.table import Table
 
-    console = Console(file=file)
+    from conduit.daemon.cli.console import make_console
+
+    console = make_console(file=file, highlight=True)
     agent = status.get("agent", {})
     console.print(f"[bold]conduit agent[/] {agent.get('state')} (pid {agent.get('pid')}, "
                   f"up {agent.get('uptime_s', 0):.0f} s) on {agent.get('socket')}")
@@ -82,8 +83,37 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
     for line in vllm_lines(status.get("vllm") or {}):
         console.print(line, markup=False, soft_wrap=True, highlight=False)
     tools = status.get("tools") or {}
-    names = ", ".join(f"{k}: {v.get('state', v) if isinstance(v, dict) else v}" for k, v in (tools.get("tools") or {}).items())
-    console.print(f"tools: {names or tools.get('note') or '(none)'}", markup=False)
+    table = tools_table(tools.get("tools") or {})
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print(f"tools: none ({tools.get('note') or 'no sync has run yet'})", markup=False)
+
+
+def tools_table(tools: dict[str, Any]) -> Any:
+    """The tools part of ``conduit status``: one row per tool of the sync state file's ``tools`` object
+    (``conduit.daemon.sync.state``): its status, when it was last synced and last changed (UTC), whether a
+    restart is needed, drift, and the message. Values that are not objects are shown as the status."""
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    t = Table("tool", "status", "last sync (UTC)", "last change (UTC)", "restart", "drift", "message",
+              title="tools", title_justify="left")
+    for name, info in tools.items():
+        info = info if isinstance(info, dict) else {"status": info}
+        status = str(info.get("status") or info.get("state") or "-")
+        colour = {"changed": "green", "unchanged": "green", "error": "red", "unsupported": "red",
+                  "not_found": "yellow"}.get(status, "white")
+        drift = info.get("drift")
+        t.add_row(esc(str(name)), f"[{colour}]{esc(status)}[/]", _when(info.get("last_sync_at")),
+                  _when(info.get("last_change_at")), "needed" if info.get("restart_needed") else "-",
+                  "drifted" if drift else "-", esc(str(info.get("message") or "")))
+    return t
+
+
+def _when(stamp: Any) -> str:
+    """``2026-01-01T12:00:00.000Z`` as ``2026-01-01 12:00:00``; ``-`` when unknown."""
+    return str(stamp)[:19].replace("T", " ") if stamp else "-"
 
 
 def vllm_lines(vllm: dict[str, Any]) -> list[str]:
@@ -241,8 +271,8 @@ def wait_cmd(
 
     with AgentClient(socket) as client:
         code, line = wait_until(cond, timeout_s, lambda: client.get("/v1/status"))
-    if not quiet:
-        print(line, file=sys.stderr if code else sys.stdout)
+    if not quiet:  # a failure is said like every other command's error (conduit.daemon.cli.main)
+        print(f"error: {line}" if code else line, file=sys.stderr if code else sys.stdout)
     return code
 
 

@@ -51,6 +51,7 @@ class InstallResult:
     ran: bool = False
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    succeeded: int = 0  # how many of ``commands`` ran with exit 0, in order
 
 
 def unit_dir(environ: dict[str, str] | None = None) -> Path:
@@ -138,10 +139,27 @@ def install_units(*, enable: bool = False, agent: bool = False, profile_path: st
         for cmd in res.commands:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
             if proc.returncode != 0:
-                res.errors.append(f"`{' '.join(cmd)}` failed ({proc.returncode}): "
-                                  f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ''}")
+                res.errors.append(systemctl_failure(cmd, proc.returncode, proc.stderr or proc.stdout))
                 break
+            res.succeeded += 1
     return res
+
+
+_NO_USER_BUS = ("failed to connect to bus", "failed to connect to user scope bus", "no medium found",
+                "$dbus_session_bus_address", "system has not been booted with systemd")
+
+
+def systemctl_failure(cmd: list[str], returncode: int, output: str) -> str:
+    """One line for a failed ``systemctl --user`` command: when no user manager answers (a root shell, ``su``,
+    an SSH session without lingering, a container), say so and what to do; else its last line of output."""
+    last = next((ln.strip() for ln in reversed(output.strip().splitlines()) if ln.strip()), "no output")
+    said = f"`{' '.join(cmd)}` failed (exit {returncode}): {last}"
+    if any(marker in output.lower() for marker in _NO_USER_BUS):
+        return (f"{said}. No systemd user manager is running for this session (common under `su`, `sudo`, a "
+                "container, or an SSH login without lingering): log in as this user directly, or run "
+                "`loginctl enable-linger $USER` and then `export XDG_RUNTIME_DIR=/run/user/$(id -u)`, then run the "
+                "commands again; without systemd, run `conduit daemon` yourself (e.g. from your session's autostart)")
+    return said
 
 
 @service_app.command("install")
@@ -160,8 +178,8 @@ def service_install(
         typer.echo("next:" if not enable else "run these:")
         for cmd in res.commands:
             typer.echo("  " + " ".join(cmd))
-    else:
-        typer.echo("ran: " + "; ".join(" ".join(c) for c in res.commands[: len(res.commands) - len(res.errors)]))
+    elif res.succeeded:
+        typer.echo("ran: " + "; ".join(" ".join(c) for c in res.commands[: res.succeeded]))
     for e in res.errors:
         typer.echo(f"error: {e}", err=True)
     return 1 if res.errors else 0

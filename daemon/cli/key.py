@@ -18,7 +18,7 @@ import typer
 from conduit.daemon.cli.app import state
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.secrets import key_list, key_rm, key_set, looks_like_key
-from conduit.errors import KeyError_
+from conduit.errors import BadArguments, KeyError_
 from conduit.fileio import KEY_MAX_BYTES
 
 commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
@@ -52,20 +52,33 @@ def read_key_input(name: str) -> str:
     return text
 
 
-@key_app.command("set")
+_EXTRA_WORDS = {"allow_extra_args": True, "ignore_unknown_options": True}
+"""Words after NAME are taken (not shown in the usage line) so that a key typed there is refused in words
+rather than by a usage error that would echo it."""
+
+
+def refuse_key_argument(command: str, name: str, extra: list[str]) -> None:
+    """Raise ``BadArguments`` (exit 3) when ``extra`` holds words after NAME: probably a key, never echoed.
+
+    Args:
+        command: ``set`` or ``rotate``; name: the secret or channel name given; extra: the words after it.
+    """
+    if extra:
+        raise BadArguments(
+            f"`conduit key {command}` takes no key on the command line (it would land in shell history and "
+            "`ps`); nothing was stored",
+            f"pipe it in (`conduit key {command} {name} < KEYFILE`) or run `conduit key {command} {name}` for a "
+            "hidden prompt, and consider that key exposed: rotate it",
+        )
+
+
+@key_app.command("set", context_settings=_EXTRA_WORDS)
 def set_(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Secret name, used in the profile as key = { secret = \"NAME\" }.")],
-    extra: Annotated[list[str] | None, typer.Argument(hidden=True, show_default=False)] = None,
 ) -> None:
     """Store a key read from stdin (or a hidden prompt) under NAME. Never pass the key as an argument."""
-    if extra:
-        # Say nothing about the extra words: they may be the key.
-        raise KeyError_(
-            "`conduit key set` takes no key on the command line (it would land in shell history and `ps`); "
-            "nothing was stored",
-            hint=f"pipe it in (`conduit key set {name} < KEYFILE`) or run `conduit key set {name}` for a hidden "
-            "prompt, and consider the key exposed: rotate it",
-        )
+    refuse_key_argument("set", name, list(ctx.args))  # says nothing about the extra words: they may be the key
     if looks_like_key(name):
         key_set(name, "")  # raises the unechoed "looks like an API key" error before any prompt shows the name
     typer.echo(key_set(name, read_key_input(name)))
@@ -92,10 +105,10 @@ def rm(name: Annotated[str, typer.Argument(help="Secret name to remove.")]) -> N
     typer.echo(key_rm(name))
 
 
-@key_app.command("rotate")
+@key_app.command("rotate", context_settings=_EXTRA_WORDS)
 def rotate_cmd(
+    ctx: typer.Context,
     channel: str = typer.Argument(..., help="The channel whose key to replace."),
-    extra: list[str] | None = typer.Argument(None, hidden=True, show_default=False),
     force: bool = typer.Option(False, "--force", help="Store the key even when the gateway rejects it (401/403) "
                                "or cannot be reached."),
     wait: float = typer.Option(15.0, "--wait", help="Seconds to wait for a running daemon to propagate it."),
@@ -103,10 +116,7 @@ def rotate_cmd(
     """Replace CHANNEL's key everywhere: reads the new key from stdin, checks it, stores it, syncs every tool."""
     from conduit.daemon.sync.rotate import rotate_key  # lazy for start-up speed: httpx, only this command
 
-    if extra:
-        raise KeyError_("`conduit key rotate` takes no key on the command line (it would land in shell history "
-                        "and `ps`); nothing was stored",
-                        f"pipe it in: `conduit key rotate {channel} < KEYFILE`, and consider that key exposed")
+    refuse_key_argument("rotate", channel, list(ctx.args))
     result = rotate_key(channel, read_key_input(channel), profile_path=state.profile, force=force, wait_s=wait)
     for line in result.lines:
         typer.echo(line)

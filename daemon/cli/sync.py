@@ -12,13 +12,13 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape as esc
 
 from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.cli.app import state
+from conduit.daemon.cli.console import make_console, print_diff
 from conduit.daemon.config import paths
 from conduit.daemon.config.edit import use_model
 from conduit.daemon.config.profile import did_you_mean, load_profile
@@ -31,8 +31,8 @@ from conduit.errors import BadArguments
 
 commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = make_console()
+err = make_console(stderr=True)
 
 _STYLE = {"changed": "green", "unchanged": "dim", "error": "red", "not_found": "yellow", "unsupported": "red",
           "disabled": "dim", "in_sync": "green", "drifted": "yellow", "not_managed": "dim", "not_synced": "yellow"}
@@ -71,12 +71,14 @@ def sync_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diffs; write nothing."),
     tool: list[str] = typer.Option(None, "--tool", help="Only this tool (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+    force: bool = typer.Option(False, "--force", help="Also take back the provider chosen in a tool's own window "
+                               "(CC Switch), even when the profile's choice did not change."),
 ) -> int:
     """Rewrite every tool's config from the profile (merge, never clobber). Shows a diff per tool."""
     profile = load_profile(state.profile)
-    report = sync(profile, tools=tool or None, dry_run=dry_run)
+    report = sync(profile, tools=tool or None, dry_run=dry_run, force=force)
     if not dry_run:
-        _record_without_daemon(report)
+        _record_without_daemon(report, "conduit sync")
     if as_json:
         out.print_json(json.dumps(redact_data(report_json(report, dry_run))))
     else:
@@ -84,12 +86,13 @@ def sync_cmd(
     return 0 if report.ok else 1
 
 
-def _record_without_daemon(report: SyncReport) -> None:
-    """Keep the state file (what `conduit status` and `doctor` read) current when no daemon owns it."""
+def _record_without_daemon(report: SyncReport, trigger: str) -> None:
+    """Keep the state file (what `conduit status`, `doctor` and the agent read) current when no daemon owns it;
+    ``trigger`` is the command (``conduit sync``, ``conduit use``), recorded as ``last_sync.trigger``."""
     if running_daemon_pid() is not None:
         return  # the daemon keeps the state file; it sees these writes as its own tool-file events
     doc = read_state()
-    record_report(doc, report, "conduit sync", mask=REDACTOR)
+    record_report(doc, report, trigger, mask=REDACTOR)
     try:
         write_state(doc, redact=REDACTOR)
     except OSError:
@@ -119,27 +122,25 @@ def report_json(report: SyncReport, dry_run: bool) -> dict[str, Any]:
 def _print_sync(report: SyncReport, dry_run: bool) -> None:
     # What normalization changed in the profile is said when it matters (a dry run, or a sync that wrote),
     # not on every no-op sync; `conduit doctor` always shows it.
-    for notice in report.notices if dry_run or report.changed else ():
-        out.print(f"[yellow]notice[/] {esc(notice)}", soft_wrap=True)
+    for notice in report.notices:
+        placeholder = "looks like a placeholder" in notice  # said on every sync: every request would fail
+        if dry_run or report.changed or placeholder:
+            out.print(f"[yellow]{'warning' if placeholder else 'notice'}[/] {esc(notice)}", soft_wrap=True)
+    said: dict[str, str] = {}  # a message shared by several tools (a key that cannot be read) is said once
     for t in report.tools:
         verb = {"changed": "would change" if dry_run else "updated"}.get(t.status, t.status.replace("_", " "))
-        out.print(f"[bold]{t.display}[/]: [{_STYLE.get(t.status, 'white')}]{verb}[/]")
-        if t.message:
+        first = said.setdefault(t.message, t.display) if t.message else t.display
+        same = f" (the same problem as {esc(first)}, above)" if first != t.display else ""
+        out.print(f"[bold]{t.display}[/]: [{_STYLE.get(t.status, 'white')}]{verb}[/]{same}")
+        if t.message and not same:
             out.print(f"  {REDACTOR(t.message)}", markup=False, soft_wrap=True)
         for r in t.results:
             if r.diff:
-                out.print(_diff(r.diff))
+                print_diff(out, r.diff)
             for n in r.notices:
                 out.print(f"  {r.label or r.path.name}: {n}", markup=False)
         if t.restart_hint and not dry_run:
             out.print(f"  [dim]restart may be needed: {esc(t.restart_hint)}[/]")
-
-
-def _diff(diff: str) -> Any:
-    """A unified diff, coloured (rich's Syntax, imported here: pygments costs a no-op sync ~10 ms)."""
-    from rich.syntax import Syntax
-
-    return Syntax(diff, "diff", theme="ansi_dark", word_wrap=True)
 
 
 @commands.command("doctor")
@@ -178,7 +179,7 @@ def doctor_cmd(
     for t in report["tools"].values():
         if t.get("diff"):
             out.print(f"[bold]{t['display']}[/] differs from the profile:")
-            out.print(_diff(t["diff"]))
+            print_diff(out, t["diff"])
     for w in report["warnings"]:
         out.print(f"[yellow]warning[/] {esc(w)}", soft_wrap=True)
     if live:
@@ -242,6 +243,7 @@ def use_cmd(
     if no_sync:
         return 0
     report = sync(profile)
+    _record_without_daemon(report, "conduit use")
     _print_sync(report, dry_run=False)
     return 0 if report.ok else 1
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
 from conduit.daemon.agent.client import AgentClient, AgentError
 from conduit.daemon.agent.gpu import default_probe, memory_by_index
 from conduit.daemon.cli.agent import vllm_lines
 from conduit.daemon.cli.app import state
+from conduit.daemon.cli.console import make_console
 from conduit.daemon.config import paths
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.vllm import VllmSettings
@@ -40,8 +40,8 @@ vllm_app = typer.Typer(help="Supervise the local vLLM server described by the pr
                        no_args_is_help=True)
 commands.add_typer(vllm_app, name="vllm")
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = make_console()
+err = make_console(stderr=True)
 
 
 def settings_from_profile(profile: str | None) -> VllmSettings:

@@ -13,11 +13,11 @@ import tomlkit
 
 from conduit.daemon.config.profile import (
     LoadedProfile,
-    channel_hint,
     check_model_id,
     load_profile,
     parse_profile,
 )
+from conduit.daemon.config.resolve import require_channel
 from conduit.errors import BadArguments, ProfileError
 from conduit.fileio import atomic_write
 
@@ -69,9 +69,7 @@ def use_model(path: str | Path | None, model: str, channel: str | None = None) -
     loaded = load_profile(path)
     doc = tomlkit.parse(loaded.text)
     if channel is not None:
-        if channel not in loaded.model.channels:
-            raise BadArguments(f"channel `{channel}` is not defined in {loaded.path}",
-                               channel_hint(channel, loaded.model.channels))
+        require_channel(loaded, channel)
         doc["channel"] = channel
     doc["model"] = model
     new = save_profile(loaded.path, tomlkit.dumps(doc))

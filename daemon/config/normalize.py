@@ -380,25 +380,41 @@ def clean_key(raw: str, *, source: str) -> CleanKey:
 
 
 def _strip_wrapping(raw: str, notices: list[str]) -> str:
-    """Remove what surrounds a pasted key (``clean_key``'s removals, in its order); notes the unusual ones."""
+    """Remove what surrounds a pasted key (``clean_key``'s removals); notes the unusual ones, each once.
+
+    The layers are peeled until none is left, in any order and nesting (``Bearer "sk-x"``, ``"Bearer sk-x"``,
+    ``' "sk-x" '``), so cleaning a clean key changes nothing (``clean_key`` is idempotent).
+    """
     invisible = [ch for ch in raw if ch in INVISIBLE_CHARS]
     text = "".join(ch for ch in raw if ch not in INVISIBLE_CHARS) if invisible else raw
     if invisible:
         notices.append(f"removed {describe_chars(invisible)} from the key")
-    text, trimmed = _trim(text)
-    unusual = [ch for ch in trimmed if ch not in _PLAIN_WS]
+    trimmed_all: list[str] = []
+    peeled_bearer = False
+    while True:
+        before = text
+        text, trimmed = _trim(text)
+        trimmed_all += trimmed
+        if len(text) >= 2 and (text[0], text[-1]) in _QUOTE_PAIRS:
+            text = text[1:-1]
+            _note(notices, "removed the quotes around the key")
+        match = _BEARER_RE.match(text)
+        if match:
+            text, peeled_bearer = text[match.end() :], True
+            _note(notices, "removed a pasted `Bearer ` prefix (the tools add it themselves)")
+        if text == before:
+            break
+    unusual = [ch for ch in trimmed_all if ch not in _PLAIN_WS]
     if unusual:
-        notices.append(f"trimmed {describe_chars(unusual)} from the ends of the key")
-    if len(text) >= 2 and (text[0], text[-1]) in _QUOTE_PAIRS:
-        text, _ = _trim(text[1:-1])
-        notices.append("removed the quotes around the key")
-    match = _BEARER_RE.match(text)
-    if match:
-        text = text[match.end() :]
-        notices.append("removed a pasted `Bearer ` prefix (the tools add it themselves)")
-    elif text.lower() in ("bearer", "authorization: bearer"):
-        text = ""
+        notices.insert(1 if invisible else 0, f"trimmed {describe_chars(unusual)} from the ends of the key")
+    if not peeled_bearer and text.lower() in ("bearer", "authorization: bearer"):
+        return ""  # the prefix alone, pasted without its key
     return text
+
+
+def _note(notices: list[str], notice: str) -> None:
+    if notice not in notices:
+        notices.append(notice)
 
 
 def _refuse_bad_chars(text: str, source: str) -> None:

@@ -55,6 +55,7 @@ from conduit.daemon.config.fields import Bool, Float, refuse_bool_int
 from conduit.daemon.config.normalize import describe_chars, normalize_base_url
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.sources import KeySource, key_source_from
+from conduit.daemon.config.tomlwords import toml_problem
 from conduit.daemon.config.vllm import RestartPolicy, Speculative, VllmSettings
 from conduit.errors import ProfileError
 from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
@@ -166,6 +167,8 @@ class LoadedProfile:
             ``conduit.daemon.config.resolve.vllm_settings``, which returns the settings with the key filled in).
         vllm_key: the key source of ``[vllm].api_key`` when it is a table (``{ secret = "vllm" }``), else None.
         implicit_channels: channels conduit added to ``model.channels`` (``("local",)`` from ``[vllm]``).
+        tool_problems: ``{tool: ProfileError}``: a ``[tools.<name>]`` problem of that tool only (see ``_check_tool``);
+            that tool is not synced (``Resolver.tool_settings`` raises it), the others are.
     """
 
     model: Profile
@@ -176,6 +179,7 @@ class LoadedProfile:
     vllm: VllmSettings | None = None
     vllm_key: KeySource | None = None
     implicit_channels: tuple[str, ...] = ()
+    tool_problems: dict[str, ProfileError] = field(default_factory=dict)
 
     @property
     def channels(self) -> dict[str, Channel]:
@@ -196,8 +200,8 @@ def load_profile(path: str | Path | None = None) -> LoadedProfile:
         the validated profile with base URLs normalized.
     Raises:
         ProfileError: missing or unreadable file, TOML syntax error (with line and column), unknown key (with
-            a "did you mean"), wrong type, a channel or tool that does not exist, a tool whose channel does not
-            speak the tool's protocol, a base URL that cannot be a URL.
+            a "did you mean"), wrong type, a channel or tool that does not exist, a base URL that cannot be a URL.
+            A problem of one ``[tools.<name>]`` table only is kept in ``LoadedProfile.tool_problems`` instead.
     """
     p = paths.profile_path(path)
     return parse_profile(read_profile_text(p), p)
@@ -231,9 +235,11 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
         doc = tomlkit.parse(text)
         data = doc.unwrap()
     except tomlkit.exceptions.ParseError as exc:
+        problem = toml_problem(exc, text)
+        at = f"{problem.line}:{problem.column}" if problem.column else f"{problem.line}"
         raise ProfileError(
-            f"{path}:{exc.line}:{exc.col}: not valid TOML: {_toml_reason(exc)}",
-            "fix the syntax at that line; the tools were left as they are",
+            f"{path}:{at}: not valid TOML ({problem.where()}): {problem.reason}",
+            "fix that line and save again; the tools were left as they are",
         ) from None
     except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:  # e.g. a table defined twice
         raise ProfileError(f"{path}: not valid TOML: {exc}",
@@ -249,11 +255,6 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
     _check_references(loaded)
     _normalize_roots(loaded)
     return loaded
-
-
-def _toml_reason(exc: tomlkit.exceptions.ParseError) -> str:
-    # tomlkit's message ends with " at line L col C"; we print the position ourselves.
-    return re.sub(r"\s+at line \d+ col \d+$", "", str(exc))
 
 
 def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, Any]) -> ProfileError:
@@ -385,23 +386,29 @@ def _check_references(loaded: LoadedProfile) -> None:
             hint = "the `local` channel comes from a [vllm] table (or write [channels.local] yourself); " + hint
         raise ProfileError(f"{loaded.where('channel')}: channel `{prof.channel}` is not defined", hint)
     for name, tool in prof.tools.items():
-        adapter = ADAPTERS.get(name)
-        if adapter is None:
+        if name not in ADAPTERS:
             raise ProfileError(f"{loaded.where('tools', name)}: unknown tool `{name}`", did_you_mean(name, ADAPTERS))
-        channel = tool.channel or prof.channel
-        if channel not in prof.channels:
-            raise ProfileError(
-                f"{loaded.where('tools', name, 'channel')}: channel `{channel}` is not defined",
-                channel_hint(channel, prof.channels),
-            )
-        if adapter.protocol not in prof.channels[channel].protocols:
-            raise ProfileError(
-                f"{loaded.where('tools', name)}: {adapter.display_name} speaks the {adapter.protocol} protocol, "
-                f"but channel `{channel}` lists only {prof.channels[channel].protocols}",
-                f"add \"{adapter.protocol}\" to channels.{channel}.protocols if the gateway serves it, "
-                f"or set tools.{name}.channel to a channel that does",
-            )
-        _check_options(loaded, name, tool)
+        try:
+            _check_tool(loaded, name, tool)
+        except ProfileError as exc:  # this tool's problem: the other tools still sync
+            loaded.tool_problems[name] = exc
+
+
+def _check_tool(loaded: LoadedProfile, name: str, tool: ToolConfig) -> None:
+    """One tool's table: its channel defined and speaking its protocol, its options. Raises ProfileError."""
+    prof, adapter = loaded.model, ADAPTERS[name]
+    channel = tool.channel or prof.channel
+    if channel not in prof.channels:
+        raise ProfileError(f"{loaded.where('tools', name, 'channel')}: {adapter.display_name}: channel `{channel}` "
+                           "is not defined", channel_hint(channel, prof.channels))
+    if adapter.protocol not in prof.channels[channel].protocols:
+        raise ProfileError(
+            f"{loaded.where('tools', name)}: {adapter.display_name} speaks the {adapter.protocol} protocol, "
+            f"but channel `{channel}` lists only {', '.join(prof.channels[channel].protocols)}",
+            f"add \"{adapter.protocol}\" to channels.{channel}.protocols if the gateway serves it, "
+            f"or set tools.{name}.channel to a channel that does",
+        )
+    _check_options(loaded, name, tool)
 
 
 def _check_options(loaded: LoadedProfile, name: str, tool: ToolConfig) -> None:

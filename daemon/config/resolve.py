@@ -17,10 +17,10 @@ from pydantic import SecretStr
 
 from conduit.adapters.base import AuthStyle, Root, ToolSettings
 from conduit.adapters.registry import ADAPTERS
-from conduit.daemon.config.profile import LoadedProfile
+from conduit.daemon.config.profile import LoadedProfile, channel_hint
 from conduit.daemon.config.sources import read_key
 from conduit.daemon.config.vllm import VllmSettings
-from conduit.errors import KeyError_
+from conduit.errors import BadArguments, KeyError_
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,16 @@ class Resolver:
         return (cfg.channel if cfg and cfg.channel else None) or self.profile.model.channel
 
     def tool_settings(self, tool: str) -> ToolSettings:
-        """The ``ToolSettings`` for ``tool``. Raises KeyError_ when the channel's key cannot be read."""
+        """The ``ToolSettings`` for ``tool``.
+
+        Raises:
+            ProfileError: the tool's table has a problem of its own (``LoadedProfile.tool_problems``: its
+                channel is not defined or does not speak the tool's protocol, an option is invalid).
+            KeyError_: the channel's key cannot be read.
+        """
+        problem = self.profile.tool_problems.get(tool)
+        if problem is not None:
+            raise problem
         prof = self.profile.model
         cfg = prof.tools[tool]
         adapter = ADAPTERS[tool]
@@ -103,6 +112,18 @@ class Resolver:
             timeout_s=ch.timeout_s,
             options=cfg.options(),
         )
+
+
+def require_channel(profile: LoadedProfile, name: str) -> None:
+    """Refuse a channel named on the command line (``--channel``, ``conduit key rotate NAME``) that the profile
+    does not define.
+
+    Raises:
+        BadArguments: exit code 3 in every command, with the close match and the channels defined.
+    """
+    if name not in profile.model.channels:
+        raise BadArguments(f"channel `{name}` is not defined in {profile.path}",
+                           channel_hint(name, profile.model.channels))
 
 
 def resolve_channel(profile: LoadedProfile, name: str, *, environ: Mapping[str, str] | None = None) -> ResolvedChannel:

@@ -29,6 +29,7 @@ from tomlkit.exceptions import ParseError, TOMLKitError
 
 from conduit.daemon.config import paths
 from conduit.daemon.config.normalize import clean_key, decode_key_bytes
+from conduit.daemon.config.tomlwords import toml_problem
 from conduit.errors import KeyError_
 from conduit.fileio import PROFILE_MAX_BYTES, atomic_write, locked, make_private_dirs, read_regular_file
 from conduit.redact import fingerprint
@@ -121,7 +122,9 @@ class SecretsStore:
         """
         check_name(name)
         if clean_key(key, source=f"the key for `{name}`").key != key:
-            raise KeyError_(f"the key for `{name}` is not clean", hint="pass it through clean_key first")
+            raise KeyError_(f"the key for `{name}` has characters around or in it that are not part of a key "
+                            "(spaces, line breaks, quotes or a `Bearer ` prefix); nothing was stored",
+                            hint=f"give only the key: `conduit key set {name} < KEYFILE`")
         with self._locked():
             doc = self._load()
             table = doc.get("secrets")
@@ -158,10 +161,12 @@ class SecretsStore:
             exc.hint = exc.hint or f"check its owner and mode (it should be yours, mode 0600: chmod 600 {self.shown})"
             raise
         self._tighten()
+        text = decode_key_bytes(data)
         try:
-            return tomlkit.parse(decode_key_bytes(data))
+            return tomlkit.parse(text)
         except ParseError as exc:
-            raise KeyError_(f"secrets file {self.shown} cannot be parsed (line {exc.line}, column {exc.col})",
+            problem = toml_problem(exc, text)  # words and position only: the file holds keys
+            raise KeyError_(f"secrets file {self.shown} cannot be parsed ({problem.where()}: {problem.reason})",
                             hint=_UNPARSABLE_HINT) from None
         except (TOMLKitError, RecursionError):
             raise KeyError_(f"secrets file {self.shown} cannot be parsed", hint=_UNPARSABLE_HINT) from None

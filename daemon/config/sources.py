@@ -20,6 +20,7 @@ nothing a command prints (stdout or stderr) is ever shown, only its exit status.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
@@ -132,6 +133,12 @@ def key_source_from(value: Any, *, where: str) -> KeySource:
         problems = []
         for err in exc.errors(include_input=False, include_url=False):
             loc = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(loc, _SOURCES, n=1, cutoff=0.6)
+                if close:  # the name is the person's typo, never the value (which may be a key)
+                    hint = f'did you mean `{close[0]}`? write key = {{ {close[0]} = "..." }}'
+                problems.append(f"unknown key source `{loc}` (the sources are {', '.join(_SOURCES)})")
+                continue
             msg = err["msg"].removeprefix("Value error, ")
             problems.append(f"{loc}: {msg}" if loc else msg)
         raise ProfileError(f"{where}: " + "; ".join(problems), hint=hint) from None

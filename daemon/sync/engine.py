@@ -1,17 +1,28 @@
 """The sync engine: profile -> per-tool settings -> adapter targets -> the one writer.
 
-One tool's failure (a file that cannot be parsed, a key source that fails, a tool that is not installed) is
-reported for that tool and the other tools are still synced. Nothing is written when nothing changed.
+One tool's failure (a file that cannot be parsed, a key source that fails, a tool that is not installed, a
+``[tools.<name>]`` table whose channel does not speak the tool's protocol) is reported for that tool and the
+other tools are still synced. Nothing is written when nothing changed.
+
+A tool whose own window can choose the provider (``keeps_user_choice``: CC Switch) is told to take the choice
+back (``TAKE_CURRENT``) only when the profile's channel for it changed since the last sync that wrote it, or
+with ``force``. That memory is ``state_dir()/choices.json``, ``{"tool": "channel"}``, written after each sync
+that is not a dry run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env, NotFound, Unsupported
+from conduit.adapters.cc_switch import TAKE_CURRENT
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import Writer, WriteResult
 from conduit.daemon.config import paths
@@ -19,6 +30,7 @@ from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import BadArguments, ConduitError
+from conduit.fileio import atomic_write, make_private_dirs
 
 Status = Literal["changed", "unchanged", "error", "not_found", "unsupported", "disabled"]
 
@@ -70,6 +82,7 @@ def sync(
     backups: BackupStore | None = None,
     environ: Mapping[str, str] | None = None,
     resolver: Resolver | None = None,
+    force: bool = False,
 ) -> SyncReport:
     """Bring every enabled tool (or only ``tools``) in line with ``profile``.
 
@@ -97,12 +110,16 @@ def sync(
     enabled = [t for t, cfg in profile.model.tools.items() if cfg.enabled]
     secrets = _known_secrets(resolver, list(dict.fromkeys([*wanted, *enabled]))) + sorted(REDACTOR.secrets)
     writer = Writer(backups or BackupStore(paths.backups_dir()), dry_run=dry_run, secrets=secrets)
-    reports = [_sync_tool(name, resolver, writer, env) for name in wanted]
-    notices = list(profile.notices)
+    choices = _read_choices()
+    reports = [_sync_tool(name, resolver, writer, env, take=force or _choice_changed(choices, name, resolver))
+               for name in wanted]
+    if not dry_run:
+        _write_choices(choices, reports, resolver)
+    notices = list(profile.notices) + placeholder_models(profile, wanted)
     for cname in {resolver.tool_channel_name(t) for t in wanted}:
         try:
             notices += [n for n in resolver.channel(cname).notices if n not in notices]
-        except ConduitError:
+        except (ConduitError, KeyError):  # said once, in the tool's report (a failing key, an undefined channel)
             pass
     return SyncReport(tools=reports, notices=notices)
 
@@ -122,14 +139,75 @@ def _known_secrets(resolver: Resolver, tools: list[str]) -> list[str]:
     return keys
 
 
-def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env) -> ToolReport:
+_PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|x{3,}|(?:your|my)[-_ ]?model(?:[-_ ]?(?:name|id))?|"
+                          r"model[-_ ]?(?:name|id)", re.IGNORECASE)
+_PLACEHOLDER_CASED = re.compile(r"[A-Z]+(?:[-_][A-Z]+)+")  # MODEL-NAME, YOUR_MODEL: capitals only, as in docs
+
+
+def placeholder_models(profile: LoadedProfile, tools: Iterable[str]) -> list[str]:
+    """A warning per model id that looks like a documentation placeholder (``MODEL-NAME``, ``<model>``,
+    ``your-model``, ``...``) in ``model``, ``small_model`` or a tool's override: a gateway answers it with 404.
+    Sources of the shapes: the placeholders of gateway docs copied into profiles."""
+    found: dict[str, str] = {}
+    named = [("model", profile.model.model), ("small_model", profile.model.small_model)]
+    for t in tools:
+        cfg = profile.model.tools.get(t)
+        if cfg is not None:
+            named += [(f"tools.{t}.model", cfg.model), (f"tools.{t}.small_model", cfg.small_model)]
+    for key, value in named:
+        text = str(value) if value else ""
+        cased = _PLACEHOLDER_CASED.fullmatch(text) is not None
+        if text and (cased or (text.lower() == text and _PLACEHOLDER.fullmatch(text))) and text not in found:
+            found[text] = key
+    return [f"{key} = \"{text}\" looks like a placeholder, not a model id: put the id the gateway lists "
+            f"(GET /v1/models), e.g. with `conduit use MODEL`" for text, key in found.items()]
+
+
+def choices_path() -> Path:
+    """``state_dir()/choices.json``: the channel each ``keeps_user_choice`` tool was last synced to."""
+    return paths.state_dir() / "choices.json"
+
+
+def _read_choices() -> dict[str, str]:
+    try:
+        data = json.loads(choices_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _choice_changed(choices: dict[str, str], name: str, resolver: Resolver) -> bool:
+    """True when ``name``'s channel differs from the one remembered (or none is): the profile's choice changed."""
+    return choices.get(name) != resolver.tool_channel_name(name)
+
+
+def _write_choices(choices: dict[str, str], reports: list[ToolReport], resolver: Resolver) -> None:
+    """Remember the channel of each ``keeps_user_choice`` tool that synced; a failure to write is not fatal
+    (the next sync then takes the choice back once, as a first sync does)."""
+    new = dict(choices)
+    for r in reports:
+        if getattr(ADAPTERS[r.tool], "keeps_user_choice", False) and r.status in ("changed", "unchanged"):
+            new[r.tool] = resolver.tool_channel_name(r.tool)
+    if new == choices:
+        return
+    try:
+        make_private_dirs(choices_path().parent)
+        atomic_write(choices_path(), (json.dumps(new, indent=2, sort_keys=True) + "\n").encode("utf-8"), 0o600)
+    except OSError:
+        pass
+
+
+def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *, take: bool = True) -> ToolReport:
     adapter = ADAPTERS[name]
     report = ToolReport(tool=name, display=adapter.display_name, status="unchanged")
     if not resolver.profile.model.tools[name].enabled:
         report.status = "disabled"
         return report
     try:
-        targets = adapter.plan(resolver.tool_settings(name), env)
+        settings = resolver.tool_settings(name)
+        if getattr(adapter, "keeps_user_choice", False):
+            settings = dataclasses.replace(settings, options={**settings.options, TAKE_CURRENT: take})
+        targets = adapter.plan(settings, env)
     except NotFound as exc:
         report.status, report.message = "not_found", str(exc)
         return report

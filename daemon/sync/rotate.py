@@ -28,8 +28,9 @@ from pathlib import Path
 import httpx
 
 from conduit.daemon.config.normalize import clean_key
-from conduit.daemon.config.profile import LoadedProfile, did_you_mean, load_profile
+from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.redaction import REDACTOR
+from conduit.daemon.config.resolve import require_channel
 from conduit.daemon.config.secrets import SecretsStore
 from conduit.daemon.config.sources import KeySource, key_file_path, read_key
 from conduit.daemon.sync.engine import SyncReport, sync
@@ -226,9 +227,7 @@ def rotate_key(channel: str, raw_key: str, *, profile_path: str | Path | None = 
 def _rotatable_source(profile: LoadedProfile, channel: str) -> KeySource | None:
     """The channel's key source; refuses an unknown channel, and an ``env``/``command`` source before anything
     else happens (``store_key`` raises the refusal with its hint)."""
-    if channel not in profile.model.channels:
-        raise ConduitError(f"channel `{channel}` is not defined in {profile.path}",
-                           did_you_mean(channel, profile.model.channels))
+    require_channel(profile, channel)  # exit code 3, like every command given an unknown channel
     src = profile.model.channels[channel].key
     if src is not None and (src.env is not None or src.command is not None):
         store_key(profile, channel, "")
