@@ -309,7 +309,7 @@ async def prepare_prompts(session: aiohttp.ClientSession, cfg: BenchConfig) -> t
     return replace(cfg, prompts=src), warnings
 
 
-async def _checked_level(session: aiohttp.ClientSession, cfg: BenchConfig, n: int,
+async def checked_level(session: aiohttp.ClientSession, cfg: BenchConfig, n: int,
                          on_result: OnResult | None) -> LevelStats:
     """Level ``n`` of the sweep between two ``/metrics`` scrapes, with the client's CPU measured."""
     root = cfg.endpoint.root
@@ -338,7 +338,7 @@ async def run_sweep(cfg: BenchConfig, on_result: OnResult | None = None,
             if on_warning is not None:
                 on_warning(w)
         for n in range(cfg.level_count):
-            lv = await _checked_level(session, cfg, n, on_result)
+            lv = await checked_level(session, cfg, n, on_result)
             levels.append(lv)
             if on_level is not None:
                 on_level(lv)

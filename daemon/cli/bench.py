@@ -7,6 +7,7 @@ Examples::
     conduit bench --base-url http://127.0.0.1:8000/v1 --model qwen --request-rate 2,4,8 --max-concurrency 16 \\
         --goodput ttft:500,tpot:50 --dataset jsonl:sharegpt.json --save-result out.jsonl
     conduit bench --base-url https://gw.example/api --protocol anthropic --model m --key-env GW_KEY --json out.json
+    conduit bench --channel local --compare http://10.0.0.2:8000/v1 --gpus 1,2 --concurrency 1,4,16,64
 
 Exit codes: 0 when the sweep ran (per-level errors are reported, not fatal), 1 when no request succeeded,
 3 for bad arguments.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -26,14 +27,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from conduit.adapters.base import AuthStyle, Protocol_
-from conduit.daemon.bench import outputs, resultfile, target
+from conduit.daemon.agent.client import AgentClient
+from conduit.daemon.bench import compare, outputs, resultfile, target
 from conduit.daemon.bench.arrivals import DEFAULT_LEVELS, parse_levels, parse_rates
+from conduit.daemon.bench.compare import GpuCount, parse_gpus
 from conduit.daemon.bench.outputs import SweepResult
 from conduit.daemon.bench.prompts import PromptSource
 from conduit.daemon.bench.runner import BenchConfig, run_sweep
 from conduit.daemon.bench.stats import LevelStats, RequestResult, parse_percentiles, parse_slos
 from conduit.daemon.bench.wire import Endpoint
 from conduit.daemon.cli.app import state
+from conduit.daemon.cli.console import make_console
+from conduit.errors import ConduitError
 from conduit.units import parse_duration
 
 commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
@@ -73,6 +78,8 @@ class BenchOptions:
     save_result: Path | None = None
     seed: int = 0
     server_check: bool = True
+    compare: str | None = None
+    gpus: str | None = None
 
 
 def _check(o: BenchOptions) -> None:
@@ -167,8 +174,10 @@ def run_bench(o: BenchOptions) -> int:
 
     Returns: 0, or 1 when no request succeeded. Raises what ``build_config`` and the writers raise.
     """
+    if o.compare is not None or o.gpus is not None:
+        return run_compare(o)
     cfg = build_config(o)
-    out, err = Console(), Console(stderr=True)
+    out, err = make_console(highlight=True), make_console(stderr=True, highlight=True)
     warnings = target.url_warnings(cfg.endpoint)
     if not cfg.open_loop:
         warnings += target.level_warnings(cfg.requests, cfg.concurrency)
@@ -233,6 +242,10 @@ def bench(
     plot_path: Annotated[Path | None, _Opt("--plot", help="Draw a PNG (needs the plot extra).")] = None,
     save_result: Annotated[Path | None, _Opt(help="Write vllm bench serve's result fields, one JSON line "
                                                   "per level.")] = None,
+    compare: Annotated[str | None, _Opt(help="Run the same sweep against this second target too (a channel, "
+                                             "or a base URL with the same key options) and compare.")] = None,
+    gpus: Annotated[str | None, _Opt(help="With --compare: GPU counts A,B for the scaling efficiency "
+                                          "(default: [vllm] of the local channel, /metrics, or 1).")] = None,
 ) -> None:
     """Load-test a channel with streaming requests over levels (concurrency or request rate); find the
     saturation point."""
@@ -242,7 +255,8 @@ def bench(
         max_tokens=max_tokens, ignore_eos=ignore_eos, stream_usage=stream_usage, min_growth=min_growth,
         timeout=timeout, json_path=json_path, csv_path=csv_path, plot_path=plot_path, request_rate=request_rate,
         burstiness=burstiness, max_concurrency=max_concurrency, goodput=goodput, dataset=dataset,
-        percentiles=percentiles, save_result=save_result, seed=seed, server_check=server_check))
+        percentiles=percentiles, save_result=save_result, seed=seed, server_check=server_check,
+        compare=compare, gpus=gpus))
     if code:
         raise typer.Exit(code)
 
@@ -277,3 +291,93 @@ def _run_with_progress(cfg: BenchConfig, err: Console) -> SweepResult:
             progress.console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
         return asyncio.run(run_sweep(cfg, on_result=on_result, on_level=on_level, on_warning=on_warning))
+
+
+# --------------------------------------------------------------------------------------------------------
+# --compare: the work is conduit.daemon.bench.compare's
+
+
+def _second(o: BenchOptions, a: BenchConfig) -> BenchConfig:
+    """``--compare``'s target: a base URL (``http(s)://``, with A's key options) or a channel of the profile."""
+    text = o.compare or ""
+    if "://" in text:
+        auth: AuthStyle | None = None if o.auth is None else ("x-api-key" if o.auth == "x-api-key" else "bearer")
+        return replace(a, endpoint=target.url_endpoint(text, a.endpoint.protocol, auth, o.key_env, o.key_file))
+    endpoint, profile_model = target.channel_endpoint(state.profile, text, a.endpoint.protocol)
+    return replace(a, endpoint=endpoint, model=o.model or profile_model or a.model)
+
+
+def _gpu_counts(o: BenchOptions) -> tuple[GpuCount | None, GpuCount | None]:
+    """``--gpus A,B``, else the supervised vLLM's parallel sizes for a target that is its channel."""
+    if o.gpus:
+        a, b = _parsed(parse_gpus, o.gpus, "--gpus", "1,2")
+        return GpuCount(a, "--gpus"), GpuCount(b, "--gpus")
+
+    def known(channel: str | None) -> GpuCount | None:
+        got = target.vllm_gpus(state.profile, channel) if channel else None
+        return GpuCount(*got) if got else None
+
+    return known(o.channel), known(None if "://" in (o.compare or "") else o.compare)
+
+
+class _AgentGpus:
+    """Mean ``utilization_gpu_pct`` over the agent's GPUs (``GET /v1/gpus``); after a failure it asks no more
+    and ``note`` says why."""
+
+    def __init__(self) -> None:
+        self.note: str | None = None
+
+    def __call__(self) -> float | None:
+        if self.note is not None:
+            return None
+        try:
+            with AgentClient(timeout_s=1.0) as agent:
+                body = agent.get("/v1/gpus")
+        except ConduitError:
+            self.note = "no agent answered"
+            return None
+        pcts = [g["utilization_gpu_pct"] for g in body.get("gpus") or []
+                if isinstance(g, dict) and isinstance(g.get("utilization_gpu_pct"), (int, float))]
+        if not pcts:
+            self.note = f"the agent reads no GPU utilisation: {body.get('reason') or 'no GPU'}"
+            return None
+        return float(sum(pcts)) / len(pcts)
+
+
+def run_compare(o: BenchOptions) -> int:
+    """``conduit bench ... --compare B``: both sweeps, the side-by-side table, efficiency and diagnosis, --json.
+
+    Returns: 0, or 1 when neither target answered one request. Raises what ``build_config`` raises.
+    """
+    if o.compare is None:
+        raise typer.BadParameter("--gpus goes with --compare", param_hint="--gpus")
+    for given, name in ((o.csv_path, "--csv"), (o.plot_path, "--plot"), (o.save_result, "--save-result")):
+        if given is not None:
+            raise typer.BadParameter("--compare writes --json only", param_hint=name)
+    a = build_config(o)
+    b, gpus, util = _second(o, a), _gpu_counts(o), _AgentGpus()
+    out, err = make_console(highlight=True), make_console(stderr=True, highlight=True)
+    for cfg in (a, b):
+        for warning in target.url_warnings(cfg.endpoint):
+            err.print(f"[yellow]warning:[/] {warning}", markup=True, highlight=False)
+    err.print(f"compare A {a.endpoint.url} ({a.model!r}) with B {b.endpoint.url} ({b.model!r}): {a.requests} "
+              f"requests x {a.level_count} levels each, alternating", markup=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err) as progress:
+        task = progress.add_task("A and B", total=2 * a.requests * a.level_count)
+        result = asyncio.run(compare.run_compare(
+            a, b, gpus=gpus, gpu_util=util, on_result=lambda _r: progress.update(task, advance=1),
+            on_warning=lambda w: progress.console.print(f"[yellow]warning:[/] {w}", highlight=False)))
+    result.gpu_util_note = util.note
+    t = Table(title=f"conduit bench --compare: {a.model}")
+    for col in compare.columns(result):
+        t.add_column(col, justify="right", no_wrap=True)
+    for row in compare.rows(result):
+        t.add_row(*row)
+    out.print(t)
+    for line in compare.report_lines(result):
+        out.print(line, markup=False, highlight=False)
+    if o.json_path is not None:
+        compare.write_json(o.json_path, result)
+        err.print(f"wrote {o.json_path}")
+    return 0 if result.a.sweep.total_ok + result.b.sweep.total_ok else 1
