@@ -46,6 +46,8 @@ COMMANDS: dict[str, Entry] = {
                              "it can be undone)."),
     "demo": Entry("sync", "Run the main job end to end in a throwaway HOME (real-format configs of all three "
                           "tools)."),
+    "verify": Entry("verify", "Run each installed tool once against a loopback canary with conduit's config; "
+                              "report what it sent."),
     "key": Entry("key", "Store, list and remove keys in conduit's secrets file (~/.config/conduit/secrets.toml, "
                         "mode 0600)."),
     "service": Entry("daemon", "Install conduit's systemd user units."),

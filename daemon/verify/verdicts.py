@@ -1,0 +1,208 @@
+"""What a tool's one-shot run against the canary means: ``ok``, or what won instead of conduit and the fix.
+
+Inputs are the canary's recorded requests (``conduit.daemon.verify.gateway.Recorded``), the names the tool asked
+DNS for, its exit code, and the user's environment and working directory, read statically for the sources that
+outrank conduit's files (each tool's competing variables and project files, ``SOURCES``). Verdicts:
+
+=================== ==========================================================================================
+``ok``              a model request reached the canary under the expected path, with the profile's key and model
+``wrong_model``     a model request came with another model (the source that set it, when found)
+``wrong_key``       ... with another key (the exported variable or project file holding it, when found)
+``wrong_path``      ... under another path (a pasted endpoint or version segment somewhere above conduit)
+``went_elsewhere``  no request reached the canary; the tool looked up a host (the variable naming it, if any)
+``untrusted_folder`` Gemini CLI refused the folder (exit 41 or 55): its ``.env`` is not read there
+``no_request``      the tool exited without any model request (its exit code and last stderr line)
+``timeout``         the run passed ``--timeout`` without a model request
+=================== ==========================================================================================
+
+A key is compared here and never shown: reports carry ``fingerprint(key)`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from conduit.daemon.verify.gateway import Recorded
+from conduit.redact import fingerprint, redact
+
+MODEL_ROUTES = ("/messages", "/chat/completions", "/responses", "/completions", ":generateContent",
+                ":streamGenerateContent")
+"""Route endings of a model request (``/messages/count_tokens`` and ``GET /models`` are not one)."""
+
+
+BACKGROUND_HOSTS = frozenset({
+    "api.anthropic.com", "statsig.anthropic.com", "github.com", "api.github.com", "chatgpt.com", "ab.chatgpt.com",
+    "play.googleapis.com", "models.opencode.ai", "registry.npmjs.org", "api.continue.dev", "data.cline.bot",
+    "otel.cline.bot", "pypi.org", "raw.githubusercontent.com"})
+"""Hosts the tools look up besides the gateway (telemetry, update checks, model lists; none a model request:
+shared/formats/real-tools.md); a run that asked only these did not go elsewhere."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    """One tool's sources that may outrank conduit's files, read statically (no tool runs for this).
+
+    Attributes:
+        model: exported variables that can set the model.
+        key: exported variables that can carry the key.
+        base: exported variables that can set the base URL.
+        files: project files (relative to the working directory) that rank above the user file conduit writes.
+    """
+
+    model: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()
+    base: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+
+_OPENAI = Sources(model=("OPENAI_MODEL",), key=("OPENAI_API_KEY",), base=("OPENAI_BASE_URL", "OPENAI_API_BASE"))
+SOURCES: dict[str, Sources] = {
+    # Claude Code: a settings.json env value beats the shell, so only project files and managed settings win.
+    "claude_code": Sources(("ANTHROPIC_MODEL",), ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY"),
+                           ("ANTHROPIC_BASE_URL",), (".claude/settings.local.json", ".claude/settings.json")),
+    "codex": Sources(_OPENAI.model, ("CONDUIT_API_KEY", *_OPENAI.key), _OPENAI.base, (".codex/config.toml",)),
+    # Gemini CLI: an exported variable outranks every .env file; a project .env hides ~/.gemini/.env.
+    "gemini": Sources(("GEMINI_MODEL",), ("GEMINI_API_KEY", "GOOGLE_API_KEY"), ("GOOGLE_GEMINI_BASE_URL",),
+                      (".gemini/.env", ".env", ".gemini/settings.json")),
+    "opencode": Sources(("OPENCODE_CONFIG_CONTENT", *_OPENAI.model), ("CONDUIT_API_KEY", *_OPENAI.key),
+                        ("OPENCODE_CONFIG_CONTENT", *_OPENAI.base),
+                        ("opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc")),
+    "continue": Sources(_OPENAI.model, _OPENAI.key, _OPENAI.base, (".continue/config.yaml",)),
+    "cline": Sources(_OPENAI.model, _OPENAI.key, _OPENAI.base),
+    # Aider: AIDER_<OPTION> (shell or any .env) outranks every .aider.conf.yml.
+    "aider": Sources(("AIDER_MODEL", *_OPENAI.model), ("AIDER_OPENAI_API_KEY", *_OPENAI.key),
+                     ("AIDER_OPENAI_API_BASE",), (".aider.conf.yml", ".env")),
+}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the profile says the tool must send: ``prefix`` (the path its requests start with, e.g.
+    ``/api/v1/``), ``key`` (a secret: compared, never shown) and ``model``."""
+
+    prefix: str
+    key: str | None
+    model: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict for one tool and the request it rests on (None when no model request came)."""
+
+    verdict: str
+    detail: str
+    request: Recorded | None
+
+
+def is_model_request(rec: Recorded) -> bool:
+    """True for a POST whose route ends like a model call (see ``MODEL_ROUTES``)."""
+    return rec.method == "POST" and rec.route.endswith(MODEL_ROUTES)
+
+
+def judge(tool: str, want: Expected, requests: Sequence[Recorded], *, exit_code: int | None, timed_out: bool,
+          dns_names: Sequence[str], stderr_tail: str, environ: Mapping[str, str], cwd: Path) -> Verdict:
+    """The verdict for one run; see the module docstring. ``environ``/``cwd`` are the user's."""
+    src = SOURCES.get(tool, Sources())
+    calls = [r for r in requests if is_model_request(r)]
+    good = [r for r in calls if r.route.startswith(want.prefix)]
+    for rec in good:
+        if rec.auth_value == want.key and rec.model == want.model:
+            return Verdict("ok", f"{rec.method} {rec.route} with the profile's key and model", rec)
+    if good:
+        rec = good[0]
+        if rec.auth_value != want.key:
+            got = fingerprint(rec.auth_value)
+            won = _key_source(src, rec.auth_value, environ, cwd)
+            return Verdict("wrong_key", f"sent key {got}, not the profile's {fingerprint(want.key)}; {won}", rec)
+        won = _value_source(src.model, src.files, rec.model or "", environ, cwd)
+        return Verdict("wrong_model", f"sent model {rec.model!r}, not the profile's {want.model!r}; {won}", rec)
+    if calls:
+        rec = calls[0]
+        return Verdict("wrong_path", f"sent {rec.method} {rec.route}, outside the profile's {want.prefix}; "
+                       + _value_source(src.base, src.files, rec.route, environ, cwd), rec)
+    if tool == "gemini" and exit_code in (41, 55):
+        return Verdict("untrusted_folder", f"folder not trusted (exit {exit_code}): Gemini CLI reads no .env in "
+                       f"{cwd}; add it to [tools.gemini] trust or run `gemini` once and trust it", None)
+    elsewhere = _went_elsewhere(src, dns_names, environ)
+    if elsewhere:
+        return Verdict("went_elsewhere", elsewhere, None)
+    if timed_out:
+        return Verdict("timeout", "no model request before the timeout; try a longer --timeout", None)
+    last = next((line.strip() for line in reversed(stderr_tail.splitlines()) if line.strip()), "")
+    shown = redact(last, [want.key])[:300]
+    return Verdict("no_request", f"exited {exit_code} without a model request" + (f": {shown}" if shown else ""), None)
+
+
+def static_sources(tool: str, environ: Mapping[str, str], cwd: Path) -> list[str]:
+    """The sources that may outrank conduit for ``tool``, read without running it: each competing variable that is
+    exported (named, its value never shown) and each project file present in ``cwd``."""
+    src = SOURCES.get(tool, Sources())
+    names = _exported([*src.model, *src.key, *src.base], environ)
+    return [f"exported {n}" for n in names] + [str(cwd / rel) for rel in src.files if (cwd / rel).is_file()]
+
+
+def _exported(names: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    return [n for n in dict.fromkeys(names) if environ.get(n, "").strip()]
+
+
+def _value_source(names: Sequence[str], files: Sequence[str], value: str, environ: Mapping[str, str],
+                  cwd: Path) -> str:
+    """Which exported variable or project file holds ``value`` (a model id or a path), and the fix."""
+    bare = value.split("/")[-1] if value else value
+    for name in _exported(names, environ):
+        if value and (value in environ[name] or (bare and bare in environ[name])):
+            return f"the exported variable {name}={environ[name]!r} wins: unset it (or set it to the profile's value)"
+    for rel in files:
+        path = cwd / rel
+        if value and value in _read_small(path):
+            return f"the project file {path} sets it and ranks above conduit's file: change or remove it there"
+    set_ = _exported(names, environ)
+    if set_:
+        return "exported and possibly winning: " + ", ".join(set_)
+    present = [str(cwd / rel) for rel in files if (cwd / rel).is_file()]
+    return ("project files that rank above conduit's: " + ", ".join(present)) if present else \
+        "no outranking source found; run `conduit doctor`"
+
+
+def _key_source(src: Sources, key: str | None, environ: Mapping[str, str], cwd: Path) -> str:
+    """Which exported variable or project file holds the key the tool sent (named, never shown)."""
+    if not key:
+        return "the tool sent no key: check the tool's own login or auth settings"
+    for name in _exported(src.key, environ):
+        if key in environ[name]:
+            return f"the exported variable {name} holds that key and wins: unset it, or `conduit key set` the new one"
+    for rel in src.files:
+        if key in _read_small(cwd / rel):
+            return f"the project file {cwd / rel} holds that key and ranks above conduit's file: remove it there"
+    return "no outranking source found; run `conduit doctor`"
+
+
+def _went_elsewhere(src: Sources, dns_names: Sequence[str], environ: Mapping[str, str]) -> str:
+    """A sentence when the tool looked up a host an exported base-URL variable names, or a host that is not one
+    of the vendors' known telemetry and update hosts; else ""."""
+    for name in _exported(src.base, environ):
+        host = urlsplit(environ[name].strip()).hostname or ""
+        if host and host in dns_names:
+            return (f"no request reached the canary: the tool went to {host}, named by the exported {name}; "
+                    "unset it so conduit's file decides")
+    others = [n for n in dns_names if n.rstrip(".").lower() not in BACKGROUND_HOSTS]
+    if not others:
+        return ""
+    exported = _exported(src.base, environ)
+    hint = f" (exported: {', '.join(exported)})" if exported else ""
+    return "no request reached the canary; the tool looked up " + ", ".join(others[:6]) + hint
+
+
+def _read_small(path: Path, limit: int = 1 << 20) -> str:
+    """The text of a project file (at most ``limit`` bytes), or "" when it is missing or unreadable."""
+    try:
+        with path.open("rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+__all__ = ["MODEL_ROUTES", "SOURCES", "Expected", "Sources", "Verdict", "is_model_request", "judge", "static_sources"]

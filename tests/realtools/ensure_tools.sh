@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Install or reuse the pinned CLIs the real-tool test tier runs; print the cache directory on stdout.
+#
+#   tests/realtools/ensure_tools.sh [CACHE_DIR]   -> /home/me/.cache/conduit-ci/tools-1a2b3c4d5e
+#
+# Where: CACHE_DIR, else $CONDUIT_TOOLS_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/conduit-ci/tools-<10 hex of the
+# sha256 of the pinned list> (outside the repo, reused across runs; a new pin means a new directory).
+# What: the six npm CLIs into CACHE/npm (`npm install --prefix`), Aider into its own venv CACHE/aider (python:
+# $CONDUIT_TOOLS_PYTHON, else python3.11, else python3), and CACHE/bin with one link per command (claude, codex,
+# gemini, opencode, cn, cline, aider) so a tool's PATH holds the tools and nothing else from the cache.
+# Versions: ../shared/formats/real-tools.md (each checked with `npm view PKG@VER version engines`: all run on
+# Node 20; newer Claude Code releases declare node >=22). A stamp file written last, holding the pinned list,
+# says the cache is complete; a flock keeps two runs from installing into it at once. A cold install takes
+# a few minutes (npm about 1-2 min, Aider's venv about 1-2 min on 2 cores).
+#
+# Exit status: 0 and the path on stdout; 3 and the reason on stderr when a package registry cannot be reached
+# (the tier is then SKIPPED, loudly); anything else is a real failure (the tier fails).
+set -uo pipefail
+
+NPM_PINS=(
+    "@anthropic-ai/claude-code@2.1.197"
+    "@openai/codex@0.171.0"
+    "@google/gemini-cli@0.61.0"
+    "opencode-ai@1.18.33"
+    "@continuedev/cli@1.5.47"
+    "cline@3.0.65"
+)
+PIP_PINS=("aider-chat==0.86.2")
+COMMANDS=(claude codex gemini opencode cn cline)
+PINNED="$(printf '%s\n' "${NPM_PINS[@]}" "${PIP_PINS[@]}")"
+HASH="$(printf '%s' "$PINNED" | sha256sum | cut -c1-10)"
+CACHE="${1:-${CONDUIT_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/conduit-ci/tools-$HASH}}"
+STAMP="$CACHE/.conduit-ready"
+LOG="$CACHE.install.log"
+NET="ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|network request|socket hang up"
+NET="$NET|NewConnectionError|Temporary failure in name resolution|Name or service not known|Network is unreachable"
+NET="$NET|Connection refused|ConnectTimeout|Read timed out|Could not fetch URL|ProxyError|Max retries exceeded"
+
+ready() {
+    [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PINNED" ] || return 1
+    local c
+    for c in "${COMMANDS[@]}" aider; do [ -x "$CACHE/bin/$c" ] || return 1; done
+}
+
+unreachable_or_fail() {  # $1: what failed; exit 3 when the log shows a network error, else 1
+    if grep -qiE "$NET" "$LOG"; then
+        echo "package registry unreachable: $(grep -iE "$NET" "$LOG" | tail -n 1 | cut -c1-300) (log: $LOG)" >&2
+        exit 3
+    fi
+    echo "$1 failed: $(grep -iE "^(npm )?ERR|^ERROR" "$LOG" | tail -n 1 | cut -c1-300) (log: $LOG)" >&2
+    exit 1
+}
+
+if ready; then echo "$CACHE"; exit 0; fi
+
+mkdir -p "$CACHE" || { echo "cannot create $CACHE" >&2; exit 1; }
+exec 9>"$CACHE.lock"
+if ! flock -w 1800 9; then echo "timed out waiting for another install into $CACHE ($CACHE.lock)" >&2; exit 1; fi
+if ready; then echo "$CACHE"; exit 0; fi   # another run finished it while we waited
+
+command -v npm >/dev/null || { echo "npm not found on PATH (install Node.js 20 and npm)" >&2; exit 1; }
+echo "installing the real-tool CLIs into $CACHE (a few minutes); log: $LOG" >&2
+: >"$LOG"
+start=$(date +%s)
+if ! npm install --prefix "$CACHE/npm" --no-audit --no-fund --no-update-notifier --loglevel=error \
+        "${NPM_PINS[@]}" >>"$LOG" 2>&1; then
+    unreachable_or_fail "npm install --prefix $CACHE/npm"
+fi
+echo "npm done in $(( $(date +%s) - start )) s" >>"$LOG"
+
+PY="${CONDUIT_TOOLS_PYTHON:-$(command -v python3.11 || command -v python3)}"
+if [ ! -x "$CACHE/aider/bin/python" ]; then
+    "$PY" -m venv "$CACHE/aider" >>"$LOG" 2>&1 || { echo "$PY -m venv $CACHE/aider failed; see $LOG" >&2; exit 1; }
+fi
+if ! "$CACHE/aider/bin/python" -m pip install --disable-pip-version-check -q "${PIP_PINS[@]}" >>"$LOG" 2>&1; then
+    unreachable_or_fail "pip install ${PIP_PINS[*]}"
+fi
+echo "aider done at $(( $(date +%s) - start )) s" >>"$LOG"
+
+mkdir -p "$CACHE/bin"
+for c in "${COMMANDS[@]}"; do
+    [ -e "$CACHE/npm/node_modules/.bin/$c" ] || { echo "npm installed no command '$c' ($CACHE/npm)" >&2; exit 1; }
+    ln -sfn "../npm/node_modules/.bin/$c" "$CACHE/bin/$c"
+done
+[ -x "$CACHE/aider/bin/aider" ] || { echo "pip installed no command 'aider' ($CACHE/aider)" >&2; exit 1; }
+ln -sfn "../aider/bin/aider" "$CACHE/bin/aider"
+printf '%s' "$PINNED" >"$STAMP"
+echo "cold install took $(( $(date +%s) - start )) s" >>"$LOG"
+echo "$CACHE"
