@@ -171,9 +171,12 @@ class CCSwitch(AdapterDefaults):
             out["parse_error"] = err
         else:
             out["store"] = None
+        selected = selected_provider(env) if out["store"] else None
+        out["selected"] = selected
         summary = (f"{out['dir']}; store: {out['store'] or 'not installed'}"
                    + (f" (schema {out['schema']})" if out.get("schema") is not None else "")
-                   + ("; running" if out["running"] else ""))
+                   + ("; running" if out["running"] else "")
+                   + (f"; selected in CC Switch: {_selected_words(selected)}" if selected else ""))
         return ToolFacts(summary=summary, details=out)
 
     def discover(self, env: Env) -> Proposal | None:
@@ -231,6 +234,15 @@ def selected_provider(env: Env, options: Mapping[str, Any] | None = None) -> dic
     entry = providers.get(pid) if isinstance(providers, dict) else None
     return {"id": pid, "name": entry.get("name") if isinstance(entry, dict) else None,
             "by_conduit": pid.startswith("conduit-"), "layer": "config.json"}
+
+
+def _selected_words(selected: Mapping[str, Any]) -> str:
+    """``conduit-taotoken (conduit's row)`` or ``My Relay (id 7; yours: sync keeps it selected)``."""
+    name = selected.get("name") or selected["id"]
+    if selected["by_conduit"]:
+        return f"{name} (conduit's row)"
+    return (f"{name} (id {selected['id']}; yours: sync keeps it selected until the profile's channel changes, "
+            "or `conduit sync --force`)")
 
 
 def _cc_switch_running() -> bool:

@@ -277,6 +277,20 @@ def test_a_provider_chosen_in_cc_switch_is_kept_until_the_profile_changes_or_for
     assert selected_provider(Env())["by_conduit"] is True
 
 
+def test_doctor_names_the_provider_chosen_in_cc_switch_and_stays_in_sync(temp_home: Path) -> None:
+    db = cc_switch_db(temp_home)
+    write_profile(temp_home, tools=("cc_switch",))
+    assert conduit(temp_home, "sync").returncode == 0
+    _choose_in_cc_switch(db, DEEPSEEK_ID)
+    r = conduit(temp_home, "doctor", "--json")
+    tool = json.loads(r.stdout)["tools"]["cc_switch"]
+    assert tool["state"] == "in_sync", tool  # the user's choice is not drift
+    assert tool["facts"]["selected"] == {"id": DEEPSEEK_ID, "name": "DeepSeek", "by_conduit": False,
+                                           "layer": "settings.json"}
+    table = conduit(temp_home, "doctor")
+    assert "selected in CC Switch: DeepSeek" in " ".join(table.stdout.split())
+
+
 def test_a_changed_channel_takes_the_cc_switch_choice_back(temp_home: Path) -> None:
     db = cc_switch_db(temp_home)
     p = write_profile(temp_home, tools=("cc_switch",))
