@@ -313,3 +313,16 @@ def test_sync_warns_on_a_placeholder_model_every_time(temp_home: Path) -> None:
         assert 'warning model = "MODEL-NAME" looks like a placeholder, not a model id' in r.stdout
     write_profile(temp_home, tools=("claude_code",), model="deepseek-chat")
     assert "placeholder" not in conduit(temp_home, "sync").stdout
+
+
+def test_plan_errors_name_the_flag_not_the_setting(temp_home: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "num_hidden_layers": 4, "intermediate_size": 2048, "vocab_size": 32000,
+        "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}))
+    for flags, want in ((("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization: must be in (0, 1]"),
+                        (("--max-model-len", "0"), "--max-model-len: must be a positive integer"),
+                        (("--max-num-seqs", "-2"), "--max-num-seqs: must be a positive integer")):
+        r = conduit(temp_home, "plan", str(tmp_path), "--gpu-memory", "80GiB", *flags)
+        assert r.returncode == 3 and want in r.stderr, r.stderr
+        assert "gpu_memory_utilization" not in r.stderr and "Traceback" not in r.stderr

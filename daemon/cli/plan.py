@@ -25,7 +25,7 @@ from conduit.daemon.plan.errors import PlanArgumentError
 from conduit.daemon.plan.fragmentation import fragmentation, parse_lengths
 from conduit.daemon.plan.ledger import Verdict, plan
 from conduit.daemon.plan.model import inspect_model
-from conduit.daemon.plan.settings import settings_from_vllm_section
+from conduit.daemon.plan.settings import settings_from_dict, settings_from_vllm_section
 from conduit.errors import ConduitError
 from conduit.units import format_bytes, parse_size
 
@@ -228,6 +228,7 @@ def plan_command(
         "data_parallel_size": data_parallel_size, "enable_expert_parallel": enable_expert_parallel or None,
         "gpus_per_node": gpus_per_node, "gpus_available": gpus,
     }
+    _check_flags(settings)
     lengths = parse_lengths(requests) if requests is not None else None
     if model is None and lengths is None:
         model, settings = _from_profile(settings)
@@ -238,6 +239,23 @@ def plan_command(
         render(result, Console())
     if result["ledger"] and result["ledger"]["verdict"] == Verdict.DOES_NOT_FIT.value:
         raise typer.Exit(1)
+
+
+def _check_flags(settings: dict[str, Any]) -> None:
+    """Check each value given on the command line under its flag's name, so an error says
+    ``--gpu-memory-utilization: must be in (0, 1]``, not the setting's internal name.
+
+    Raises:
+        PlanArgumentError: a bad value (exit code 3).
+    """
+    settings_from_dict({"--" + k.replace("_", "-"): v for k, v in settings.items()
+                        if v is not None and k in _FLAG_CHECKED})
+
+
+#: Settings whose command-line flag is the setting's name with dashes (sizes are checked by ``_size``).
+_FLAG_CHECKED = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
+                           "block_size", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                           "gpus_per_node", "dtype", "kv_cache_dtype"})
 
 
 def _device(device: str | None, gpu_memory: str | None, cpu_kv_space: str | None) -> str | None:

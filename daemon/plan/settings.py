@@ -133,7 +133,8 @@ _CONVERT: dict[str, Callable[[str, Any], Any]] = {
 def settings_from_dict(values: Mapping[str, Any] | PlanSettings | None) -> PlanSettings:
     """Build ``PlanSettings`` from a plain dict (profile ``[vllm]`` section or CLI flags).
 
-    Keys are ``PlanSettings`` field names (dashes allowed: ``max-model-len``); None values are skipped.
+    Keys are ``PlanSettings`` field names (dashes allowed: ``max-model-len``; a command-line flag such as
+    ``--max-model-len`` too, and errors then name the flag); None values are skipped.
     Sizes are bytes (an int) or text for ``conduit.units.parse_size``. Setting ``cpu_kvcache_space_bytes``
     implies ``device = "cpu"``. Unknown keys are refused so that typos surface.
 
@@ -146,7 +147,8 @@ def settings_from_dict(values: Mapping[str, Any] | PlanSettings | None) -> PlanS
     known = set(PlanSettings.__dataclass_fields__)
     kw: dict[str, Any] = {}
     for raw_key, v in (values or {}).items():
-        key = _SETTING_ALIASES.get(raw_key.replace("-", "_"), raw_key.replace("-", "_"))
+        name = raw_key.lstrip("-").replace("-", "_")  # "--max-model-len" (a flag, named as such in errors)
+        key = _SETTING_ALIASES.get(name, name)
         if key not in known:
             raise PlanArgumentError(f"unknown plan setting {raw_key!r}",
                                     hint="known: " + ", ".join(sorted(known)))
