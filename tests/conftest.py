@@ -6,11 +6,10 @@ points at, is ever read or written by the suite (tests/test_registry.py proves i
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from isolation import isolated_vars
+from isolation import env_for_subprocess, isolated_vars  # noqa: F401 (re-exported)
 
 
 @pytest.fixture(autouse=True)
@@ -26,6 +25,3 @@ def temp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def env_for_subprocess(home: Path) -> dict[str, str]:
-    """os.environ as the tests left it (HOME already temporary), for real subprocesses."""
-    return dict(os.environ, HOME=str(home))

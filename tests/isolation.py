@@ -8,6 +8,9 @@ without editing this file.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from conduit.adapters.registry import declared_env_vars
 
 XDG_VARS = ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
@@ -21,3 +24,9 @@ CONDUIT_VARS = ("CONDUIT_PROFILE", "CONDUIT_AGENT_SOCKET", "CONDUIT_FAKE_GPUS")
 def isolated_vars() -> tuple[str, ...]:
     """Every variable to clear: XDG, conduit's own, and each registered adapter's ``env_vars``; sorted."""
     return tuple(sorted({*XDG_VARS, *CONDUIT_VARS, *declared_env_vars()}))
+
+
+def env_for_subprocess(home: Path) -> dict[str, str]:
+    """os.environ as the tests left it (HOME already temporary), for real subprocesses. (Here, not in
+    conftest.py: ``from conftest import`` resolves to whichever of the three conftest files was imported last.)"""
+    return dict(os.environ, HOME=str(home))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import env_for_subprocess
+from isolation import env_for_subprocess
 
 from conduit.daemon.cli.plan import run_plan
 from conduit.daemon.plan import ledger as L

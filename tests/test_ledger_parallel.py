@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import env_for_subprocess
+from isolation import env_for_subprocess
 
 from conduit.daemon.plan import ledger as L
 from conduit.daemon.plan.errors import PlanArgumentError

@@ -15,8 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import env_for_subprocess
 from daemonproc import Daemon, set_model, wait_for
+from isolation import env_for_subprocess
 from toolfiles import claude_settings, write_profile
 
 SAVER = textwrap.dedent(

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import env_for_subprocess
+from isolation import env_for_subprocess
 from toolfiles import write_profile
 
 OWN = "sk-canary-own-0123456789abcdef"

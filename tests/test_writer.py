@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import env_for_subprocess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from isolation import env_for_subprocess
 
 from conduit.adapters import writer as writer_mod
 from conduit.adapters.backups import BackupStore

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import env_for_subprocess
+from isolation import env_for_subprocess
 from toolfiles import write_profile
 
 from conduit.adapters import writer as writer_mod
