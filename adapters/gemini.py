@@ -140,13 +140,13 @@ class Gemini(AdapterDefaults):
         d = gemini_dir(env)
         used = env_file_used(env)
         try:
-            values = read_dotenv(used.read_text(encoding="utf-8")) if used else {}
-        except (OSError, UnicodeDecodeError):
+            values = read_dotenv(trust.read_text_bounded(used)) if used else {}
+        except (ToolFileError, OSError, UnicodeDecodeError):
             values = {}
         effective = {var: _effective(var, env, values, used, d / ".env") for var in ENV_VARS}
         settings_path = d / "settings.json"
         try:
-            doc, error = parse_jsonc(settings_path.read_text(encoding="utf-8"), path=settings_path), None
+            doc, error = parse_jsonc(trust.read_text_bounded(settings_path), path=settings_path), None
         except FileNotFoundError:
             doc, error = {}, None
         except (ToolFileError, OSError, UnicodeDecodeError) as exc:
@@ -184,8 +184,8 @@ class Gemini(AdapterDefaults):
         used, ours = env_file_used(env), d / ".env"
         if verdict.trusted and used is not None and used != ours:
             try:
-                values = read_dotenv(used.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError):
+                values = read_dotenv(trust.read_text_bounded(used))
+            except (ToolFileError, OSError, UnicodeDecodeError):
                 values = {}
             differ = [v for v, value in wanted.items() if env.get(v) is None and values.get(v) != value]
             if differ:

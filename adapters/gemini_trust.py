@@ -27,6 +27,7 @@ from typing import Any
 from conduit.adapters.base import Env
 from conduit.adapters.jsonc import parse_jsonc
 from conduit.errors import ToolFileError
+from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
 
 LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
 SYSTEM_SETTINGS = Path("/etc/gemini-cli/settings.json")
@@ -73,11 +74,23 @@ def expand(entry: str, env: Env) -> str:
     return os.path.normpath(text)
 
 
+def read_text_bounded(path: Path) -> str:
+    """A Gemini CLI file's text, read as ``conduit.fileio.read_regular_file`` reads (a FIFO or device named by
+    ``GEMINI_CLI_*_PATH`` is refused, not waited on; at most 1 MiB).
+
+    Raises:
+        FileNotFoundError: no such file. ToolFileError: not a regular file, too big, unreadable.
+        UnicodeDecodeError: not UTF-8.
+    """
+    return read_regular_file(path, max_bytes=PROFILE_MAX_BYTES, what="Gemini CLI file",
+                             error=ToolFileError).decode("utf-8")
+
+
 def read_rules(path: Path) -> tuple[dict[str, str], str | None]:
     """The rules in ``trustedFolders.json`` and None; ``({}, None)`` when missing; ``({}, why)`` when Gemini CLI
     would stop on it (not a JSON object, or a value other than the three levels)."""
     try:
-        doc = parse_jsonc(path.read_text(encoding="utf-8"), path=path)
+        doc = parse_jsonc(read_text_bounded(path), path=path)
     except FileNotFoundError:
         return {}, None
     except (ToolFileError, OSError, UnicodeDecodeError) as exc:
@@ -117,7 +130,7 @@ def _folder_trust_disabled(env: Env, gemini_dir: Path) -> str | None:
     defaults = Path(env.get("GEMINI_CLI_SYSTEM_DEFAULTS_PATH") or SYSTEM_DEFAULTS)
     for path in (system, gemini_dir / "settings.json", defaults):  # highest first
         try:
-            doc = parse_jsonc(path.read_text(encoding="utf-8"), path=path)
+            doc = parse_jsonc(read_text_bounded(path), path=path)
         except (ToolFileError, OSError, UnicodeDecodeError):
             continue
         sec = doc.get("security")

@@ -374,3 +374,13 @@ def test_live_401_names_the_auth_style_that_works(temp_home: Path) -> None:
     assert probe["hint"] == 'set auth = "x-api-key" in [channels.gw]'
     assert [("authorization" in h, "x-api-key" in h) for h in _XApiKeyOnly.seen] == [(True, False), (False, True)]
     assert KEY not in r.stdout
+
+
+def test_a_fifo_named_by_a_gemini_variable_does_not_hang_doctor(temp_home: Path, tmp_path: Path) -> None:
+    """``GEMINI_CLI_SYSTEM_SETTINGS_PATH`` pointing at a FIFO hung doctor (a review finding)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    write_profile(temp_home, "[tools.gemini]\ncreate = true\n")
+    rc, rep = doctor(temp_home, env={"GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(fifo),
+                                     "GEMINI_CLI_TRUSTED_FOLDERS_PATH": str(fifo)})
+    assert rc in (0, 1) and rep["tools"]["gemini"]["state"]

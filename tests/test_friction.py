@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,9 +30,10 @@ from conduit.redact import fingerprint
 CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
 
 
-def conduit(home: Path, *args: str, stdin: str | None = None, columns: bool = True) -> subprocess.CompletedProcess[str]:
-    """The CLI as a person runs it with its output piped (no COLUMNS unless ``columns``)."""
-    env = dict(os.environ, HOME=str(home), NO_COLOR="1")
+def conduit(home: Path, *args: str, stdin: str | None = None, columns: bool = True,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI as a person runs it with its output piped (no COLUMNS unless ``columns``); ``env`` added."""
+    env = dict(os.environ, HOME=str(home), NO_COLOR="1", **(env or {}))
     env.pop("COLUMNS", None)
     if columns:
         env["COLUMNS"] = "200"
@@ -326,3 +328,20 @@ def test_plan_errors_name_the_flag_not_the_setting(temp_home: Path, tmp_path: Pa
         r = conduit(temp_home, "plan", str(tmp_path), "--gpu-memory", "80GiB", *flags)
         assert r.returncode == 3 and want in r.stderr, r.stderr
         assert "gpu_memory_utilization" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_agent_that_is_not_running_is_said_in_words(temp_home: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env_sock = {"CONDUIT_AGENT_SOCKET": str(run / "agent.sock")}
+    r = conduit(temp_home, "status", env=env_sock)
+    assert r.returncode == 2 and "(no socket there: the agent is not running)" in r.stderr, r.stderr
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(run / "agent.sock"))  # bound, never listening: what an agent killed hard leaves
+    try:
+        for args in (("status",), ("wait", "--timeout", "1s", "--vram-free", "1GiB")):
+            r = conduit(temp_home, *args, env=env_sock)
+            assert r.returncode == 2 and "left over from an agent that stopped" in r.stderr, r.stderr
+            assert "Errno" not in r.stderr and "ConnectError" not in r.stderr
+    finally:
+        stale.close()

@@ -183,6 +183,17 @@ def test_without_namespaces_a_walk_up_to_the_real_file_is_not_run(temp_home: Pat
     assert gem["verdict"] == "not_run" and ".gemini/.env" in gem["detail"] and gem["seconds"] is None
 
 
+def test_without_namespaces_an_exported_base_url_is_not_run(temp_home: Path) -> None:
+    """With the network open, an exported base URL could take the real key to the real gateway (a review
+    finding): verify does not run that tool and names the variable; the other tool still runs."""
+    project = _setup(temp_home, tools=("gemini", "claude_code"))
+    rc, out, err = _verify(temp_home, project, "--json", CONDUIT_VERIFY_ISOLATION="none",
+                           GOOGLE_GEMINI_BASE_URL="https://real.example.com")
+    gem, claude = _by_tool(out)["gemini"], _by_tool(out)["claude_code"]
+    assert rc == 1 and gem["verdict"] == "not_run" and "GOOGLE_GEMINI_BASE_URL" in gem["detail"], (out, err)
+    assert claude["verdict"] == "ok", claude
+
+
 def test_table_output_and_remapped_tool_dir(temp_home: Path, tmp_path: Path) -> None:
     """An exported CLAUDE_CONFIG_DIR outside HOME is copied and remapped; the table names each tool."""
     project = _setup(temp_home, tools=("claude_code",))
@@ -225,6 +236,19 @@ def test_gemini_in_an_untrusted_folder(temp_home: Path) -> None:
     gem = _by_tool(out)["gemini"]
     assert gem["verdict"] == "untrusted_folder" and gem["exit_code"] == 41
     assert "[tools.gemini] trust" in gem["detail"]
+
+
+def test_the_trust_option_counts_before_any_sync(temp_home: Path) -> None:
+    """``[tools.gemini] trust = ["~/src/proj"]`` is what the next sync would write; in T, ``~`` still means the
+    user's HOME (found by a new user: verify said "add it to trust" when it was there)."""
+    project = _setup(temp_home, trusted=False, tools=("gemini",))
+    p = temp_home / ".config" / "conduit" / "profile.toml"
+    p.write_text(p.read_text().replace("[tools.gemini]", '[tools.gemini]\ntrust = ["~/src/proj"]'))
+    before = (temp_home / ".gemini" / "trustedFolders.json").read_bytes()
+    rc, out, err = _verify(temp_home, project, "--json")
+    assert rc == 0, (out, err)
+    assert _by_tool(out)["gemini"]["verdict"] == "ok"
+    assert (temp_home / ".gemini" / "trustedFolders.json").read_bytes() == before  # only T got the trust
 
 
 def test_a_named_tool_not_installed_fails(temp_home: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from collections.abc import Iterator
 
 import anthropic
@@ -167,6 +168,15 @@ def test_gzip_and_chunked_bodies_are_decoded(gw: RecordingGateway) -> None:
     assert r.json()["model"] == "gz"
     assert [x.model for x in gw.recorded()] == ["gz", "gz"]
     assert "transfer-encoding" in gw.recorded()[1].headers
+
+
+def test_a_negative_chunk_size_is_refused_not_read_to_the_end(gw: RecordingGateway) -> None:
+    """``int("-1", 16)`` parses; reading -1 bytes would read until the client closes (a review finding)."""
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"-1\r\n" + b"x" * 65536)  # and the connection stays open
+        answer = s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:80]
 
 
 def test_to_json_redacts_unless_asked(gw: RecordingGateway) -> None:

@@ -178,3 +178,14 @@ def test_real_directory_without_weights() -> None:
                                               (1808, 1536), (112, 96), (3, 16)])
 def test_round_len_is_a_value_a_person_would_set(tokens: int, want: int) -> None:
     assert round_len(tokens) == want
+
+
+def test_a_zero_or_odd_number_in_the_log_never_crashes_the_diagnosis() -> None:
+    """A tiny model's need prints as "0.0 GiB" (vLLM 0.32 rounds to two decimals); a review found a
+    ZeroDivisionError there, raised inside the supervisor's exit handler."""
+    text = ("ValueError: To serve at least one request with the models's max seq len (4096), (0.0 GiB KV cache is "
+            "needed, which is larger than the available KV cache memory (0.0 GiB).")
+    d = diagnose(text, exit_code=1)
+    assert d.kind == "kv_cache_max_len" and "4096" in d.reason
+    odd = "Free memory on device (cuda:0) (.  /79.1 GiB) on startup is less than desired GPU memory utilization"
+    assert diagnose(odd, exit_code=1).kind  # some diagnosis, no exception

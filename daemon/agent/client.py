@@ -74,7 +74,7 @@ class AgentClient:
             resp = self._client.request(method, path, params=params)
         except (self._httpx.TransportError, OSError) as exc:
             raise AgentUnreachable(
-                f"the conduit agent does not answer on {self.socket_path} ({type(exc).__name__}: {exc})",
+                f"the conduit agent does not answer on {self.socket_path} ({_unreachable_words(exc)})",
                 hint="start it with `conduit agent` (or `systemctl --user start conduit-agent`)",
             ) from None
         try:
@@ -110,3 +110,24 @@ class AgentClient:
 
 
 __all__ = ["AgentClient", "AgentError", "UntrustedSocket"]
+
+
+def _unreachable_words(exc: BaseException) -> str:
+    """Why a request to the socket failed, in a user's words (not httpx's class names)."""
+    chain: list[BaseException] = [exc]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt is None or nxt in chain or len(chain) > 8:
+            break
+        chain.append(nxt)
+    text = " ".join(f"{type(e).__name__} {e}" for e in chain)
+    if "Errno 2]" in text or "FileNotFoundError" in text:
+        return "no socket there: the agent is not running"
+    if "Errno 111]" in text or "ConnectionRefused" in text:
+        return "the socket is left over from an agent that stopped: nothing accepts on it"
+    if "Timeout" in text:
+        return "it did not answer in time: the agent may be busy or stuck"
+    if "Errno 13]" in text or "PermissionError" in text:
+        return "permission denied on the socket"
+    return f"the connection failed: {exc}"
+

@@ -245,7 +245,7 @@ def bench(
     compare: Annotated[str | None, _Opt(help="Run the same sweep against this second target too (a channel, "
                                              "or a base URL with the same key options) and compare.")] = None,
     gpus: Annotated[str | None, _Opt(help="With --compare: GPU counts A,B for the scaling efficiency "
-                                          "(default: [vllm] of the local channel, /metrics, or 1).")] = None,
+                                          "(default: \\[vllm] of the local channel, /metrics, or 1).")] = None,
 ) -> None:
     """Load-test a channel with streaming requests over levels (concurrency or request rate); find the
     saturation point."""

@@ -21,6 +21,7 @@ from conduit.daemon.config.profile import load_profile
 from conduit.daemon.config.redaction import REDACTOR, redact_data
 from conduit.daemon.verify.verify import ToolCheck, exit_code, verify
 from conduit.errors import BadArguments, ProfileError
+from conduit.redact import mask_key_flags
 
 commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
@@ -60,7 +61,8 @@ def print_checks(checks: list[ToolCheck]) -> None:
     for c in checks:
         auth = f"{c.auth_header} {c.key_fingerprint}" if c.auth_header else ""
         table.add_row(c.display, c.version or "", f"[{_STYLE.get(c.verdict, 'red')}]{c.verdict}[/]",
-                      esc(f"{c.method} {c.path}" if c.path else ""), esc(auth), esc(c.model or ""),
+                      esc(REDACTOR(f"{c.method} {c.path}" if c.path else "")), esc(auth),
+                      esc(REDACTOR(c.model or "")),
                       f"{c.seconds:.1f}" if c.seconds is not None else "")
     out.print(table)
     for c in checks:
@@ -69,7 +71,8 @@ def print_checks(checks: list[ToolCheck]) -> None:
         if c.outranking and c.verdict != "ok":
             out.print(f"  may outrank conduit: {esc(', '.join(c.outranking))}", soft_wrap=True)
         if c.leftovers:
-            out.print(f"  left running (killed): {esc(', '.join(c.leftovers)[:200])}", soft_wrap=True)
+            out.print(f"  left running (killed): {esc(mask_key_flags(REDACTOR(', '.join(c.leftovers)))[:200])}",
+                      soft_wrap=True)
     if checks and checks[0].isolation:
         isolation = next((c.isolation for c in checks if c.isolation), "")
         out.print(f"[dim]isolation: {esc(isolation)}[/]")

@@ -44,7 +44,7 @@ def blockers_for(adapter: Adapter, name: str, resolver: Resolver, env: Env) -> l
     except Exception as exc:  # best effort, like inspect: doctor must never crash on a tool's odd file
         return [Blocker("overridden", "conduit", f"could not check what outranks conduit: {type(exc).__name__}",
                         "report this as a conduit bug")]
-    return sorted(found, key=lambda b: SEVERITY.index(b.state))
+    return sorted(found, key=lambda b: SEVERITY.index(b.state) if b.state in SEVERITY else len(SEVERITY))
 
 
 def apply_blockers(entry: dict[str, Any], blockers: list[Blocker]) -> list[str]:

@@ -39,6 +39,8 @@ from conduit.daemon.verify import replies
 from conduit.redact import fingerprint
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+READ_TIMEOUT_S = 30.0
+MAX_RECORDED = 10_000  # a tool in a retry loop must not grow the record without bound
 """The largest request body read (decoded size too); larger answers 413 and records body None."""
 
 _GEMINI_CALL = re.compile(r"/models/([^/:]+):([A-Za-z]+)$")
@@ -141,6 +143,7 @@ def _decode(raw: bytes, encoding: str) -> bytes | None:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    timeout = READ_TIMEOUT_S  # http.server sets it on the socket: a client that stops sending frees its thread
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
         """Silent: request lines may carry ``?key=``."""
@@ -194,6 +197,8 @@ class _Handler(BaseHTTPRequestHandler):
                 size = int(line.split(b";")[0].strip() or b"0", 16)
             except ValueError:
                 return None
+            if size < 0:
+                return None  # int("-1", 16) parses; rfile.read(-1) would read until the client closes
             if size == 0:
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                     pass
@@ -320,7 +325,8 @@ class RecordingGateway:
 
     def _add(self, rec: Recorded) -> None:
         with self._lock:
-            self._requests.append(rec)
+            if len(self._requests) < MAX_RECORDED:
+                self._requests.append(rec)
 
     def start(self) -> RecordingGateway:
         """Bind and serve in a daemon thread; returns self. Raises ``OSError`` if the address is taken."""

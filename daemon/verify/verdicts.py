@@ -144,6 +144,14 @@ def static_sources(tool: str, environ: Mapping[str, str], cwd: Path) -> list[str
     return [f"exported {n}" for n in names] + [str(cwd / rel) for rel in src.files if (cwd / rel).is_file()]
 
 
+def unsafe_without_isolation(tool: str, environ: Mapping[str, str], cwd: Path) -> list[str]:
+    """What could send the tool to a real gateway when the network is not cut: an exported base URL or key
+    variable, or a project file in ``cwd`` (either may point the run away from the canary); [] when none."""
+    src = SOURCES.get(tool, Sources())
+    return ([f"exported {n}" for n in _exported([*src.key, *src.base], environ)]
+            + [str(cwd / rel) for rel in src.files if (cwd / rel).is_file()])
+
+
 def _exported(names: Sequence[str], environ: Mapping[str, str]) -> list[str]:
     return [n for n in dict.fromkeys(names) if environ.get(n, "").strip()]
 

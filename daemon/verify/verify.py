@@ -43,9 +43,16 @@ from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.verify.copyconfig import TempHome
 from conduit.daemon.verify.runner import OPT_OUT_ENV, Sandbox, ToolRun
 from conduit.daemon.verify.tools import ONE_SHOTS, find_binary, tool_version
-from conduit.daemon.verify.verdicts import SOURCES, Expected, Sources, judge, static_sources
+from conduit.daemon.verify.verdicts import (
+    SOURCES,
+    Expected,
+    Sources,
+    judge,
+    static_sources,
+    unsafe_without_isolation,
+)
 from conduit.errors import BadArguments, ConduitError
-from conduit.redact import fingerprint, redact
+from conduit.redact import fingerprint, mask_key_flags, redact
 
 PROMPT = "Reply with the single word: ok"
 FORCE_OPTIONS: dict[str, Any] = {"create": True, "generation": "C"}
@@ -206,7 +213,7 @@ def _prepare(home: TempHome, tool: str, resolver: Resolver, settings: ToolSettin
         user_targets = []
     try:
         home.copy_tool(tool, user_targets)
-        targets = _plan_in_home(tool, settings, home.env)
+        targets = _plan_in_home(tool, _user_folders(settings, home.user.home), home.env)
     except (NotFound, Unsupported, ConduitError) as exc:
         return str(exc)
     writer = Writer(BackupStore(home.root / ".conduit-verify-backups"), secrets=[settings.key_or_placeholder])
@@ -215,6 +222,17 @@ def _prepare(home: TempHome, tool: str, resolver: Resolver, settings: ToolSettin
         if result.error:
             return result.error
     return None
+
+
+def _user_folders(settings: ToolSettings, user_home: Path) -> ToolSettings:
+    """``settings`` with ``~`` in folder options (``[tools.gemini] trust``) pinned to the user's real HOME:
+    in T, ``~`` would name T's folders, not the user's project folders the tool runs in."""
+    trust = settings.options.get("trust")
+    if not isinstance(trust, list | tuple):
+        return settings
+    pinned = [str(user_home) + t.strip()[1:] if isinstance(t, str) and (t.strip() == "~" or t.strip().startswith("~/"))
+              else t for t in trust]
+    return replace(settings, options={**settings.options, "trust": pinned})
 
 
 def _plan_in_home(tool: str, settings: ToolSettings, env: Env) -> list[Target]:
@@ -253,6 +271,12 @@ def _run_and_judge(check: ToolCheck, home: TempHome, box: Sandbox, want: Expecte
         check.detail = (f"without a mount namespace ({box.isolation}) {check.display} would read {reached} (the "
                         "real gateway) by walking up from the working directory; run from a folder outside HOME")
         return
+    unsafe = [] if box.isolated else unsafe_without_isolation(check.tool, environ, cwd)
+    if unsafe:  # with the network open, these could take the real key to the real gateway
+        check.verdict = "not_run"
+        check.detail = (f"without network isolation ({box.isolation}) {check.display} could reach the real gateway "
+                        f"through {', '.join(unsafe)}; unset it, or run where `unshare` is allowed")
+        return
     if box.isolated:  # lay the copies over the user's files inside the sandbox (conduit.daemon.verify.shadow)
         pairs = home.root / ".conduit-verify-shadow.json"
         pairs.write_text(json.dumps([[str(home.map(p)), str(p)] for p in home.copied if home.map(p)]))
@@ -264,8 +288,8 @@ def _run_and_judge(check: ToolCheck, home: TempHome, box: Sandbox, want: Expecte
         return
     check.seconds = round(result.duration_s, 2)
     check.exit_code, check.timed_out = result.exit_code, result.timed_out
-    check.dns_names, check.leftovers, check.isolation = list(result.dns_names), list(result.leftovers), \
-        result.isolation
+    check.dns_names, check.isolation = list(result.dns_names), result.isolation
+    check.leftovers = [mask_key_flags(cmd) for cmd in result.leftovers]  # a leftover's argv may hold a key
     check.copied = [str(p) for p in home.copied]
     v = judge(check.tool, want, result.requests, exit_code=result.exit_code, timed_out=result.timed_out,
               dns_names=result.dns_names, stderr_tail=result.stderr_tail, environ=environ, cwd=cwd)

@@ -115,7 +115,8 @@ def kv_max_len(text: str) -> Diagnosis | None:
     elif v1:
         asked, need, have = int(v1.group(1)), float(v1.group(2)), float(v1.group(3))
         est = re.search(r"estimated maximum model length is (\d+)", text)
-        fits = int(est.group(1)) if est else int(asked * have / need)
+        # vLLM 0.32 prints GiB with two decimals: a tiny model's need can read "0.0"
+        fits = int(est.group(1)) if est else (int(asked * have / need) if need > 0 else asked // 2)
         how = "vLLM's estimate" if est else "scaled from the sizes"
         reason = (f"max_model_len {asked} needs {need:.2f} GiB of KV cache, {have:.2f} GiB is available "
                   f"(room for about {fits} tokens, {how})")

@@ -11,9 +11,10 @@ person sees one explanation whichever side noticed.
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from conduit.daemon.vllm import causes
 from conduit.daemon.vllm.causes import Diagnosis, gpu_memory_diagnosis
@@ -43,14 +44,18 @@ def diagnose(
     Returns a Diagnosis; kind ``exited`` with the last error-looking line when nothing specific matched.
     """
     text = log_tail
-    for rule in _RULES:
-        d = rule(text)
+    rules: list[Callable[[], Diagnosis | None]] = [
+        *(functools.partial(rule, text) for rule in _RULES),
+        lambda: causes.ports(text, port), lambda: causes.model_missing(text, model),
+        lambda: causes.weights_missing(text, model), lambda: causes.tokenizer_missing(text, model),
+        lambda: causes.arguments(text)]
+    for rule in rules:
+        try:
+            d = rule()
+        except (ArithmeticError, ValueError):  # a number the log printed oddly ("0.0 GiB", "."): next rule
+            continue
         if d:
             return d
-    for d2 in (causes.ports(text, port), causes.model_missing(text, model), causes.weights_missing(text, model),
-               causes.tokenizer_missing(text, model), causes.arguments(text)):
-        if d2:
-            return d2
     last = _last_error_line(text.splitlines())
     code = f" with status {exit_code}" if exit_code is not None else ""
     if exit_code == 2 and not last:
