@@ -345,3 +345,33 @@ def test_an_agent_that_is_not_running_is_said_in_words(temp_home: Path, tmp_path
             assert "Errno" not in r.stderr and "ConnectError" not in r.stderr
     finally:
         stale.close()
+
+
+def test_a_value_of_the_wrong_kind_is_said_in_plain_words(temp_home: Path) -> None:
+    """pydantic's "Input should be a valid number, unable to parse string as a number" was shown as it is."""
+    p = write_profile(temp_home, tools=("claude_code",))
+    good = p.read_text()
+    p.write_text(good.replace('auth = "bearer"\n', 'auth = "bearer"\ntimeout = "10m"\n'))
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 1 and "`channels.gw.timeout`: must be a number, without quotes or a unit" in r.stderr
+    assert "hint: seconds, as a number: timeout = 600" in r.stderr and "Input should" not in r.stderr
+    p.write_text(good.replace('protocols = ["openai", "anthropic"]', 'protocols = ["openai", "antropic"]'))
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 1 and "`antropic` is not one of openai, anthropic, gemini; did you mean `anthropic`?" \
+        in r.stderr, r.stderr
+
+
+def test_doctor_with_a_broken_profile_says_unknown_not_not_managed(temp_home: Path) -> None:
+    p = write_profile(temp_home, tools=("claude_code",))
+    p.write_text(p.read_text().replace('auth = "bearer"\n', 'auth = "bearer"\ntimeout = "10m"\n'))
+    r = conduit(temp_home, "doctor", "--json")
+    rep = json.loads(r.stdout)
+    assert r.returncode == 1 and rep["profile"]["ok"] is False
+    assert {t["state"] for t in rep["tools"].values()} == {"unknown"}
+    assert "fix the profile error above" in rep["tools"]["claude_code"]["fix"]
+
+
+def test_verify_suggests_the_tool_name(temp_home: Path) -> None:
+    write_profile(temp_home, tools=("claude_code",))
+    r = conduit(temp_home, "verify", "claude")
+    assert r.returncode == 3 and "did you mean `claude_code`?" in r.stderr, r.stderr

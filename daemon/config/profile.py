@@ -56,6 +56,7 @@ from conduit.daemon.config.normalize import describe_chars, normalize_base_url
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.sources import KeySource, key_source_from
 from conduit.daemon.config.tomlwords import toml_problem
+from conduit.daemon.config.valuewords import missing_hint, plain_message, type_hint
 from conduit.daemon.config.vllm import RestartPolicy, Speculative, VllmSettings
 from conduit.errors import ProfileError
 from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
@@ -276,14 +277,13 @@ def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, 
         allowed = _allowed_keys(parent)
         return ProfileError(f"{where}: unknown key `{loc[-1]}`", did_you_mean(str(loc[-1]), allowed))
     if kind == "missing":
-        return ProfileError(f"{where}: `{keypath}` is required", _missing_hint(loc))
+        return ProfileError(f"{where}: `{keypath}` is required", missing_hint(loc))
     if kind == "literal_error" and loc == ("version",):
         return ProfileError(
             f"{where}: unsupported profile version {data.get('version')!r}",
             "this conduit reads `version = 1`; upgrade conduit for newer profiles",
         )
-    msg = err["msg"].removeprefix("Value error, ")
-    return ProfileError(f"{where}: `{keypath}`: {msg}", _type_hint(loc))
+    return ProfileError(f"{where}: `{keypath}`: {plain_message(err)}", type_hint(loc))
 
 
 def _allowed_keys(parent: Sequence[Any]) -> list[str]:
@@ -313,22 +313,6 @@ def channel_hint(name: str, channels: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(channels), n=1, cutoff=0.6)
     defined = ", ".join(channels) or "none"
     return (f"did you mean `{close[0]}`? " if close else "") + f"channels defined: {defined}"
-
-
-def _missing_hint(loc: Sequence[Any]) -> str:
-    if loc == ("channels",):
-        return 'add a [channels.NAME] table with base_url = "https://..."'
-    if loc in (("channel",), ("model",)):
-        return f'add `{loc[0]} = "..."` at the top of the profile'
-    return "add it, or see the starter profiles (`conduit init --print`)"
-
-
-def _type_hint(loc: Sequence[Any]) -> str | None:
-    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "key":
-        return 'write the key source as key = { file = "~/path" } (or env/command/secret), never the key itself'
-    if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "protocols":
-        return 'protocols = ["openai", "anthropic"] (one or both)'
-    return None
 
 
 def _load_vllm(loaded: LoadedProfile) -> None:

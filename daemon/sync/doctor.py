@@ -41,7 +41,8 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
     Returns:
         ``{"ok": bool, "profile": {...}, "tools": {name: {...}}, "warnings": [str]}``; each tool has
         ``managed`` (a [tools.<name>] table exists), ``state`` (in_sync / drifted / not_synced / overridden /
-        untrusted / refused / not_found / unsupported / error / disabled / not_managed), ``why`` and ``fix``
+        untrusted / refused / not_found / unsupported / error / disabled / not_managed, or unknown
+        while the profile does not load), ``why`` and ``fix``
         (words; ``fix`` None when nothing is to do), ``blockers`` (each ``{"state", "source", "why", "fix"}``,
         most severe first; see ``conduit.daemon.sync.outrank``), ``diff`` (masked), ``message``, ``restart_hint``, ``facts`` (the
         adapter's ``ToolFacts.as_dict()``) and ``summary`` (its one line for the table); ``daemon`` has
@@ -69,7 +70,10 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
     for name, adapter in ADAPTERS.items():
         entry: dict[str, Any] = {"display": adapter.display_name, "managed": name in sync_reports}
         tr = sync_reports.get(name)
-        if tr is None:
+        if profile is None:  # which tools the profile manages is not known: say so, not "not_managed"
+            entry.update(state="unknown", why="the profile does not load, so conduit cannot tell",
+                         fix="fix the profile error above, then run `conduit doctor` again")
+        elif tr is None:
             entry["state"] = "not_managed"
         else:
             _sync_state(entry, tr, adapter)
@@ -132,7 +136,9 @@ def _daemon_facts(report: dict[str, Any], stall_after_s: float) -> None:
             report["warnings"].append(f"{name}: an owned key was changed behind conduit's back at "
                                       f"{facts.drift.get('detected_at')} (on_drift = {facts.drift.get('policy')})")
         if facts.restart_needed and facts.last_change_at:
-            report["warnings"].append(f"{name}: changed at {facts.last_change_at}; {facts.restart_hint}")
+            shown = ADAPTERS[name].display_name if name in ADAPTERS else name
+            report["warnings"].append(f"{shown}: conduit last changed its settings at {facts.last_change_at}; a "
+                                      f"session started before then still has the old ones: {facts.restart_hint}")
 
 
 def _key_source_warnings(profile: LoadedProfile) -> list[str]:

@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import json
 import shutil
 import sys
@@ -120,7 +121,10 @@ def select_tools(profile: LoadedProfile, names: Sequence[str]) -> list[str]:
     enabled = [t for t, cfg in profile.model.tools.items() if cfg.enabled and t in ONE_SHOTS]
     for name in names:
         if name not in ADAPTERS:
-            raise BadArguments(f"unknown tool `{name}`", f"known tools: {', '.join(sorted(ONE_SHOTS))}")
+            close = difflib.get_close_matches(name, [*ONE_SHOTS, "claude", "cn"], n=1, cutoff=0.5)
+            guess = {"claude": "claude_code", "cn": "continue"}.get(close[0], close[0]) if close else None
+            raise BadArguments(f"unknown tool `{name}`", (f"did you mean `{guess}`? " if guess else "")
+                               + f"known tools: {', '.join(sorted(ONE_SHOTS))}")
         if name not in ONE_SHOTS:
             raise BadArguments(f"{ADAPTERS[name].display_name} has no command line to run once",
                                f"conduit verify runs: {', '.join(sorted(ONE_SHOTS))}")
