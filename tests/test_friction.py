@@ -375,3 +375,12 @@ def test_verify_suggests_the_tool_name(temp_home: Path) -> None:
     write_profile(temp_home, tools=("claude_code",))
     r = conduit(temp_home, "verify", "claude")
     assert r.returncode == 3 and "did you mean `claude_code`?" in r.stderr, r.stderr
+
+
+def test_key_set_warns_when_no_channel_reads_that_secret(temp_home: Path) -> None:
+    p = write_profile(temp_home, tools=("claude_code",), key_text=None)
+    p.write_text(p.read_text().replace('auth = "bearer"\n', 'auth = "bearer"\nkey = { secret = "taotoken" }\n'))
+    r = conduit(temp_home, "key", "set", "taotokn", stdin="sk-1234567890abcdef\n")
+    assert r.returncode == 0 and "reads secret `taotokn`: did you mean `taotoken`?" in r.stderr, r.stderr
+    r = conduit(temp_home, "key", "set", "taotoken", stdin="sk-1234567890abcdef\n")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr

@@ -82,6 +82,26 @@ def set_(
     if looks_like_key(name):
         key_set(name, "")  # raises the unechoed "looks like an API key" error before any prompt shows the name
     typer.echo(key_set(name, read_key_input(name)))
+    unused = _unreferenced(name)
+    if unused:
+        typer.echo(f"warning: {unused}", err=True)
+
+
+def _unreferenced(name: str) -> str | None:
+    """A warning when the profile loads and no channel's key is ``{ secret = NAME }``: a typo of the name
+    stores a key nothing reads. None when it is referenced, or when there is no profile to ask."""
+    from conduit.daemon.config.profile import did_you_mean, load_profile  # lazy: only after the key is stored
+    from conduit.errors import ConduitError
+
+    try:
+        profile = load_profile(state.profile)
+    except ConduitError:
+        return None
+    names = [ch.key.secret for ch in profile.model.channels.values() if ch.key is not None and ch.key.secret]
+    if name in names or not names:
+        return None if name in names else f"no channel in {profile.path} reads secret `{name}` yet"
+    return (f"no channel in {profile.path} reads secret `{name}`: " + did_you_mean(name, names)
+            + f" (then `conduit key rm {name}` and store it again under the right name)")
 
 
 @key_app.command("list")
