@@ -293,6 +293,21 @@ def test_doctor_names_the_provider_chosen_in_cc_switch_and_stays_in_sync(temp_ho
     assert "selected in CC Switch: DeepSeek" in " ".join(table.stdout.split())
 
 
+def test_an_unreadable_choices_record_never_takes_the_users_pick_back(temp_home: Path) -> None:
+    """A corrupt choices.json read as "nothing remembered" took back the provider the user picked (a review
+    finding): unreadable now means unknown, and the user's choice stays."""
+    db = cc_switch_db(temp_home)
+    write_profile(temp_home, tools=("cc_switch",))
+    assert conduit(temp_home, "sync").returncode == 0
+    _choose_in_cc_switch(db, DEEPSEEK_ID)
+    record = temp_home / ".local" / "state" / "conduit" / "choices.json"
+    assert record.is_file()
+    record.write_text("{half a save")
+    assert conduit(temp_home, "sync").returncode == 0
+    assert _current(db) == [DEEPSEEK_ID]
+    assert json.loads(record.read_text()) == {"cc_switch": "gw"}  # rewritten whole
+
+
 def test_a_changed_channel_takes_the_cc_switch_choice_back(temp_home: Path) -> None:
     db = cc_switch_db(temp_home)
     p = write_profile(temp_home, tools=("cc_switch",))

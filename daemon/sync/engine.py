@@ -168,23 +168,28 @@ def choices_path() -> Path:
     return paths.state_dir() / "choices.json"
 
 
-def _read_choices() -> dict[str, str]:
+def _read_choices() -> dict[str, str] | None:
+    """The remembered channels; ``{}`` when none was ever written, None when the file is there but unreadable
+    (then nothing is known, and a provider the user picked must not be taken back on a guess)."""
     try:
         data = json.loads(choices_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return None
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
 
 
-def _choice_changed(choices: dict[str, str], name: str, resolver: Resolver) -> bool:
-    """True when ``name``'s channel differs from the one remembered (or none is): the profile's choice changed."""
-    return choices.get(name) != resolver.tool_channel_name(name)
+def _choice_changed(choices: dict[str, str] | None, name: str, resolver: Resolver) -> bool:
+    """True when ``name``'s channel differs from the one remembered (or none is): the profile's choice changed.
+    False when the record is unreadable (``choices`` None)."""
+    return choices is not None and choices.get(name) != resolver.tool_channel_name(name)
 
 
-def _write_choices(choices: dict[str, str], reports: list[ToolReport], resolver: Resolver) -> None:
-    """Remember the channel of each ``keeps_user_choice`` tool that synced; a failure to write is not fatal
-    (the next sync then takes the choice back once, as a first sync does)."""
-    new = dict(choices)
+def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], resolver: Resolver) -> None:
+    """Remember the channel of each ``keeps_user_choice`` tool that synced (an unreadable record is replaced);
+    a failure to write is not fatal (the next sync then takes the choice back once, as a first sync does)."""
+    new = dict(choices or {})
     for r in reports:
         if getattr(ADAPTERS[r.tool], "keeps_user_choice", False) and r.status in ("changed", "unchanged"):
             new[r.tool] = resolver.tool_channel_name(r.tool)
