@@ -157,6 +157,8 @@ def test_unreachable_gateway_refuses_unless_forced(temp_home: Path, gateway: Gat
     write_profile(temp_home, "http://127.0.0.1:9/api", key_text=OLD + "\n", tools=("claude_code",))
     r = rotate(temp_home, "gw")
     assert r.returncode == 1 and "could not reach" in r.stderr, r.stderr
+    assert "(nothing listens on that port)" in r.stderr and "check the channel's base_url and your network" \
+        in r.stderr and "ConnectError" not in r.stderr, r.stderr
     r = rotate(temp_home, "gw", "--force")
     assert r.returncode == 0, r.stderr
     assert keys_claude(temp_home) == NEW

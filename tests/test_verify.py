@@ -258,7 +258,7 @@ def test_a_named_tool_not_installed_fails(temp_home: Path) -> None:
     assert _by_tool(out)["codex"]["verdict"] == "not_installed"
 
 
-def test_bad_names_and_a_bad_profile_exit_3(temp_home: Path) -> None:
+def test_bad_names_exit_3_and_a_bad_profile_exits_1_as_everywhere(temp_home: Path) -> None:
     project = _setup(temp_home, tools=("gemini",))
     assert _verify(temp_home, project, "nosuch")[0] == 3
     assert _verify(temp_home, project, "cc_switch")[0] == 3
@@ -266,7 +266,7 @@ def test_bad_names_and_a_bad_profile_exit_3(temp_home: Path) -> None:
     assert rc == 3 and "not enabled" in err
     (temp_home / ".config" / "conduit" / "profile.toml").write_text("version = [\n")
     rc, _, err = _verify(temp_home, project)
-    assert rc == 3 and "profile.toml" in err
+    assert rc == 1 and "profile.toml" in err
 
 
 def test_canary_keeps_the_path_and_version() -> None:

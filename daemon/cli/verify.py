@@ -1,7 +1,7 @@
 """CLI: ``conduit verify [TOOL...]`` (thin: parse, call ``conduit.daemon.verify.verify.verify``, print, exit code).
 
 Exit codes: 0 every checked tool sent what the profile says; 1 one did not (or a named tool is not installed,
-or none is); 3 a bad profile or an unknown tool name. Everything printed passes through the ``REDACTOR``:
+or none is, or the profile does not load, as in every command); 3 an unknown or not-enabled tool name. Everything printed passes through the ``REDACTOR``:
 keys appear only as fingerprints.
 """
 
@@ -40,9 +40,9 @@ def verify_cmd(
     try:
         profile = load_profile(state.profile)
         checks = verify(profile, tools or [], environ=os.environ, cwd=Path.cwd(), timeout_s=timeout)
-    except ProfileError as exc:
+    except ProfileError as exc:  # exit 1, as in sync, use and doctor: the file is wrong, not the arguments
         print(REDACTOR(f"error: {exc}"), file=sys.stderr)
-        return EXIT_BAD_ARGS
+        return 1
     except BadArguments as exc:
         print(REDACTOR(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_ARGS

@@ -39,7 +39,7 @@ from conduit.daemon.sync.scrub import RedactingBackupStore, scrub_backups
 from conduit.daemon.sync.state import SyncState, read_state, state_path
 from conduit.errors import ConduitError, KeyError_
 from conduit.fileio import atomic_write
-from conduit.redact import fingerprint, redact
+from conduit.redact import fingerprint
 
 CHECK_TIMEOUT_S = 10.0
 """How long (seconds) the gateway may take to answer the key check."""
@@ -92,9 +92,7 @@ def check_key(profile: LoadedProfile, channel: str, key: str, *, timeout_s: floa
         with httpx.Client(timeout=timeout_s, transport=transport, follow_redirects=False) as client:
             resp = client.get(url, headers=headers)
     except httpx.HTTPError as exc:
-        reason = type(exc).__name__
-        return KeyCheck(False, True, None, f"could not reach {url} to check the key ({reason}: "
-                        f"{redact(str(exc), [key])})", url)
+        return KeyCheck(False, True, None, f"could not reach {url} to check the key ({_unreached(exc)})", url)
     if 200 <= resp.status_code < 300:
         return KeyCheck(True, False, resp.status_code, f"the gateway accepted the key (GET {url}: "
                         f"{resp.status_code})", url)
@@ -239,8 +237,9 @@ def _check_or_refuse(profile: LoadedProfile, channel: str, key: str, *, force: b
     """``check_key``, raising ``ConduitError`` (nothing stored) when the gateway refused it and not ``force``."""
     check = check_key(profile, channel, key, transport=transport)
     if check.refused and not force:
-        raise ConduitError(f"{check.message}; nothing was stored",
-                           "check the key (and the channel's base_url), or pass --force to store it anyway")
+        first = ("check the channel's base_url and your network" if check.status is None
+                 else "check the key (and the channel's base_url)")
+        raise ConduitError(f"{check.message}; nothing was stored", f"{first}, or pass --force to store it anyway")
     return check
 
 
@@ -283,3 +282,19 @@ def _sync_directly(result: RotateResult, profile_path: str | Path | None, olds: 
     for t in result.report.tools:
         result.lines.append(f"{t.display}: {t.status.replace('_', ' ')}"
                             + (f" ({t.message.splitlines()[0]})" if t.message else ""))
+
+
+def _unreached(exc: httpx.HTTPError) -> str:
+    """Why the gateway could not be reached, in words (httpx's class names mean nothing to a user)."""
+    text = f"{exc} {exc.__cause__ or exc.__context__ or ''}"
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer in time"
+    if "Name or service not known" in text or "nodename nor servname" in text or "Errno -2" in text \
+            or "Errno -3" in text:
+        return "the host name does not resolve"
+    if "Connection refused" in text or "Errno 111" in text:
+        return "nothing listens on that port"
+    if "CERTIFICATE" in text.upper() or "SSL" in text.upper():
+        return "the TLS handshake failed (a certificate problem?)"
+    return "the connection failed"
+
