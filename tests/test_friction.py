@@ -399,3 +399,8 @@ def test_key_set_warns_when_no_channel_reads_that_secret(temp_home: Path) -> Non
     assert r.returncode == 0 and "reads secret `taotokn`: did you mean `taotoken`?" in r.stderr, r.stderr
     r = conduit(temp_home, "key", "set", "taotoken", stdin="sk-1234567890abcdef\n")
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_profile_after_the_command_points_to_its_place(temp_home: Path) -> None:
+    r = conduit(temp_home, "sync", "--profile", "/tmp/elsewhere.toml")
+    assert r.returncode == 3 and "--profile goes before the command: conduit --profile PATH COMMAND" in r.stderr

@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         text = io.StringIO()
         exc.show(file=text)  # type: ignore[attr-defined]
         sys.stderr.write(REDACTOR(text.getvalue()))
+        if "No such option: --profile" in text.getvalue():  # a global option, written after the command
+            sys.stderr.write("  hint: --profile goes before the command: conduit --profile PATH COMMAND ...\n")
         return EXIT_BAD_ARGS
     except typer.Abort:
         print("aborted", file=sys.stderr)
