@@ -151,7 +151,8 @@ class ClaudeCode(AdapterDefaults):
         version = tool_version("claude")
         base = effective["ANTHROPIC_BASE_URL"]
         summary = (f"{path} ({'found' if path.exists() else 'missing'}); version {version or 'unknown'}; "
-                   f"base URL used: {base.value} ({base.source})")
+                   f"base URL used: {base.value} ({base.source})"
+                   + ("; " + base.why.split("; ", 1)[1] if base.why and "is ignored" in base.why else ""))
         details = {
             "file": str(path), "exists": path.exists(), "parse_error": error, "version": version,
             "owned": {k: _mask(k, user_env.get(k)) for k in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS)

@@ -404,3 +404,14 @@ def test_key_set_warns_when_no_channel_reads_that_secret(temp_home: Path) -> Non
 def test_profile_after_the_command_points_to_its_place(temp_home: Path) -> None:
     r = conduit(temp_home, "sync", "--profile", "/tmp/elsewhere.toml")
     assert r.returncode == 3 and "--profile goes before the command: conduit --profile PATH COMMAND" in r.stderr
+
+
+def test_doctor_table_says_an_exported_base_url_is_ignored(temp_home: Path) -> None:
+    """Field case C12: the reason was in --json only."""
+    write_profile(temp_home, tools=("claude_code",))
+    claude_settings(temp_home, CLAUDE_SETTINGS)
+    assert conduit(temp_home, "sync").returncode == 0
+    r = conduit(temp_home, "doctor", "--json", env={"ANTHROPIC_BASE_URL": "https://other.example.com"})
+    summary = json.loads(r.stdout)["tools"]["claude_code"]["summary"]  # the table's details cell
+    assert "the exported shell value https://other.example.com is ignored (settings env beats the shell)" \
+        in summary, summary
