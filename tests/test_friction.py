@@ -415,3 +415,10 @@ def test_doctor_table_says_an_exported_base_url_is_ignored(temp_home: Path) -> N
     summary = json.loads(r.stdout)["tools"]["claude_code"]["summary"]  # the table's details cell
     assert "the exported shell value https://other.example.com is ignored (settings env beats the shell)" \
         in summary, summary
+
+
+def test_init_refuses_an_unknown_template_even_with_tools_present(temp_home: Path) -> None:
+    claude_settings(temp_home, CLAUDE_SETTINGS)
+    r = conduit(temp_home, "init", "--template", "nope")
+    assert r.returncode == 3 and "no starter profile `nope`" in r.stderr, r.stdout + r.stderr
+    assert not (temp_home / ".config" / "conduit" / "profile.toml").exists()

@@ -47,6 +47,7 @@ def init(
                                      "current settings."),
 ) -> int:
     """Write a starter profile (or one proposed from the tools already configured)."""
+    starter_text(template)  # an unknown --template is refused (exit 3) even when discovery would not use it
     if print_only:
         sys.stdout.write(starter_text(template))  # verbatim: rich would wrap long lines and break the TOML
         return 0
@@ -59,7 +60,7 @@ def init(
     if missing:
         out.print(f"next: store the key with `conduit key set {missing[0]}` (reads stdin), then "
                   "`conduit sync --dry-run`.")
-    elif any(n.startswith("moved ") for n in notes) or "conduit init" in text.splitlines()[0]:
+    elif any(n.startswith("copied ") for n in notes) or "conduit init" in text.splitlines()[0]:
         out.print("next: `conduit sync --dry-run` to see what would change.")
     else:
         out.print("next: store the key with `conduit key set NAME` (reads stdin), then `conduit sync --dry-run`.")

@@ -80,7 +80,8 @@ def _channels(found: list[Proposal], secrets: SecretsStore | None,
                 key = clean_key(f.key, source=f"{f.tool} config").key
                 secrets.set(name, key)
                 channel.key = name
-                notes.append(f"moved {f.tool}'s key {fingerprint(key)} into the secrets file as `{name}`")
+                notes.append(f"copied {f.tool}'s key {fingerprint(key)} into the secrets file as `{name}` (the profile "
+                             "reads it from there; the tool's own file keeps its copy)")
             except KeyError_ as exc:
                 notes.append(f"{f.tool}: key not imported: {exc.message}")
         tool_channel[f.tool] = name
