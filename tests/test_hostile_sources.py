@@ -248,7 +248,7 @@ BASE = 'version = 1\nchannel = "c"\nmodel = "m"\n[channels.c]\nbase_url = "https
     (BASE + '[vllm]\nmodel = "/m"\nstartup_timeout_s = inf\n', "`vllm.startup_timeout_s`: Input should be a finite"),
     (BASE + '[vllm]\nmodel = "/m"\nenforce_eager = 1\n', "`vllm.enforce_eager`: Input should be a valid boolean"),
     (BASE + '[vllm]\nmodel = "/m"\n[vllm.restart]\nmax_restarts = true\n', "`vllm.restart.max_restarts`: expected"),
-    (BASE + "[tools.cline]\nenabled = 1\n", "`tools.cline.enabled`: Input should be a valid boolean"),
+    (BASE + "[tools.cline]\nenabled = 1\n", "`tools.cline.enabled`: must be true or false, without quotes"),
 ])
 def test_numbers_and_switches_are_taken_at_their_word(tmp_path: Path, text: str, expect: str) -> None:
     with pytest.raises(ProfileError) as info:

@@ -69,18 +69,7 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         report["warnings"] += _key_source_warnings(profile)
     for name, adapter in ADAPTERS.items():
         entry: dict[str, Any] = {"display": adapter.display_name, "managed": name in sync_reports}
-        tr = sync_reports.get(name)
-        if profile is None:  # which tools the profile manages is not known: say so, not "not_managed"
-            entry.update(state="unknown", why="the profile does not load, so conduit cannot tell",
-                         fix="fix the profile error above, then run `conduit doctor` again")
-        elif tr is None:
-            entry["state"] = "not_managed"
-        else:
-            _sync_state(entry, tr, adapter)
-            if resolver is not None:
-                report["warnings"] += apply_blockers(entry, blockers_for(adapter, name, resolver, env))
-            if entry["state"] in NOT_OK:
-                report["ok"] = False
+        _tool_state(entry, report, name, adapter, sync_reports.get(name), resolver, env)
         try:
             facts = adapter.inspect(env)
         except Exception as exc:  # inspect is best effort; doctor must never crash on a tool's odd file
@@ -92,6 +81,22 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         report["warnings"] += facts.override_warnings(name)
     _daemon_facts(report, STALL_AFTER_S if stall_after_s is None else stall_after_s)
     return report
+
+
+def _tool_state(entry: dict[str, Any], report: dict[str, Any], name: str, adapter: Adapter,
+                tr: ToolReport | None, resolver: Resolver | None, env: Env) -> None:
+    """Fill ``entry``'s state (and ``report``'s ok and warnings) from the dry-run sync and what outranks it;
+    ``resolver`` None means the profile does not load, so which tools it manages is not known."""
+    if resolver is None:  # say so, not "not_managed"
+        entry.update(state="unknown", why="the profile does not load, so conduit cannot tell",
+                     fix="fix the profile error above, then run `conduit doctor` again")
+    elif tr is None:
+        entry["state"] = "not_managed"
+    else:
+        _sync_state(entry, tr, adapter)
+        report["warnings"] += apply_blockers(entry, blockers_for(adapter, name, resolver, env))
+        if entry["state"] in NOT_OK:
+            report["ok"] = False
 
 
 NOT_OK = ("drifted", "not_synced", "error", "unsupported", "overridden", "untrusted", "refused")
