@@ -78,6 +78,10 @@ class ToolSettings:
         small_model: background/small model (Claude Code's haiku slot), or None.
         timeout_s: request timeout in seconds, or None for the tool's default.
         options: the tool's own options, validated by the adapter's ``Options`` model.
+        context_window: the model's context window in tokens (the profile's ``context_window``, else what the
+            channel's ``GET /v1/models`` reports), or None when unknown: an adapter writes it where the tool has
+            such a setting and writes nothing when None.
+        max_output_tokens: the model's output limit in tokens, or None when unknown (same rules).
     """
 
     tool: str
@@ -89,6 +93,8 @@ class ToolSettings:
     small_model: str | None = None
     timeout_s: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    context_window: int | None = None
+    max_output_tokens: int | None = None
 
     @property
     def key_or_placeholder(self) -> str:

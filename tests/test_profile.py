@@ -8,7 +8,8 @@ import pytest
 import tomlkit
 
 from conduit.daemon.config.edit import use_model
-from conduit.daemon.config.profile import find_line, load_profile, parse_profile
+from conduit.daemon.config.lines import find_line
+from conduit.daemon.config.profile import load_profile, parse_profile
 from conduit.daemon.sync.init import TEMPLATES, starter_text
 from conduit.errors import BadArguments, ProfileError
 

@@ -37,7 +37,6 @@ atomic write are in ``conduit.daemon.config.edit``) and validated with pydantic.
 from __future__ import annotations
 
 import difflib
-import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from conduit.adapters.base import Root
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config import paths
-from conduit.daemon.config.fields import Bool, Float, refuse_bool_int
+from conduit.daemon.config.fallback import FallbackSettings
+from conduit.daemon.config.fields import Bool, Float, Int, refuse_bool_int
+from conduit.daemon.config.lines import where_in
 from conduit.daemon.config.normalize import describe_chars, normalize_base_url
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.sources import KeySource, key_source_from
@@ -116,8 +117,18 @@ class Channel(BaseModel):
 
 
 class ToolConfig(BaseModel):
-    """One ``[tools.<name>]`` table. Keys other than the four below are the tool's own options, validated
-    by that adapter's ``Options`` model."""
+    """One ``[tools.<name>]`` table. Keys other than the common ones below (``COMMON_TOOL_KEYS``) are the tool's
+    own options, validated by that adapter's ``Options`` model.
+
+    Attributes:
+        enabled: sync this tool (default true).
+        channel, model, small_model: this tool's own channel and models instead of the profile's.
+        fallback: follow the profile's ``[fallback]`` when the primary channel is unhealthy (default true);
+            false keeps this tool on the primary.
+        context_window: the context window in tokens written to the tool where it has such a setting; wins over
+            what the channel's ``GET /v1/models`` reports.
+        max_output_tokens: the output limit in tokens, likewise.
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -125,6 +136,9 @@ class ToolConfig(BaseModel):
     channel: str | None = None
     model: ModelId | None = None
     small_model: ModelId | None = None
+    fallback: Bool = True
+    context_window: Annotated[Int, Field(gt=0)] | None = None
+    max_output_tokens: Annotated[Int, Field(gt=0)] | None = None
 
     def options(self) -> dict[str, Any]:
         """The tool-specific options (every key not common to all tools)."""
@@ -145,9 +159,10 @@ class Profile(BaseModel):
     channels: dict[str, Channel]
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     vllm: dict[str, Any] | None = None
+    fallback: FallbackSettings | None = None
 
 
-COMMON_TOOL_KEYS = ("enabled", "channel", "model", "small_model")
+COMMON_TOOL_KEYS = ("enabled", "channel", "model", "small_model", "fallback", "context_window", "max_output_tokens")
 
 #: The channel a ``[vllm]`` table defines unless the profile has its own ``[channels.local]``.
 LOCAL_CHANNEL = "local"
@@ -189,7 +204,7 @@ class LoadedProfile:
 
     def where(self, *keys: str | int) -> str:
         """``path:line: key.path`` for error messages."""
-        return _where(self.path, self.text, keys)
+        return where_in(self.path, self.text, keys)
 
 
 def load_profile(path: str | Path | None = None) -> LoadedProfile:
@@ -266,12 +281,12 @@ def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, 
     # pydantic inserts validator tags such as "function-after[...]" into locations; they are not keys.
     loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
     keypath = ".".join(str(x) for x in loc)
-    where = _where(path, text, loc)
+    where = where_in(path, text, loc)
     kind = err["type"]
     if len(loc) >= 3 and loc[0] == "channels" and loc[2] == "key":
         # key_source_from words every key-source mistake without ever quoting the value (it may be a key).
         value = data.get("channels", {}).get(loc[1], {}).get("key")
-        key_source_from(value, where=f"{_where(path, text, loc[:3])}: channels.{loc[1]}.key")
+        key_source_from(value, where=f"{where_in(path, text, loc[:3])}: channels.{loc[1]}.key")
     if kind == "extra_forbidden":
         parent = loc[:-1]
         allowed = _allowed_keys(parent)
@@ -289,6 +304,8 @@ def _profile_error(exc: ValidationError, path: Path, text: str, data: dict[str, 
 def _allowed_keys(parent: Sequence[Any]) -> list[str]:
     if not parent:
         return list(Profile.model_fields)
+    if parent == ("fallback",):
+        return list(FallbackSettings.model_fields)
     if parent[0] == "channels" and len(parent) == 2:
         return list(Channel.model_fields)
     if parent[0] == "channels" and len(parent) == 3 and parent[2] == "key":
@@ -369,6 +386,7 @@ def _check_references(loaded: LoadedProfile) -> None:
         if prof.channel == LOCAL_CHANNEL:
             hint = "the `local` channel comes from a [vllm] table (or write [channels.local] yourself); " + hint
         raise ProfileError(f"{loaded.where('channel')}: channel `{prof.channel}` is not defined", hint)
+    _check_fallback(loaded)
     for name, tool in prof.tools.items():
         if name not in ADAPTERS:
             raise ProfileError(f"{loaded.where('tools', name)}: unknown tool `{name}`", did_you_mean(name, ADAPTERS))
@@ -376,6 +394,20 @@ def _check_references(loaded: LoadedProfile) -> None:
             _check_tool(loaded, name, tool)
         except ProfileError as exc:  # this tool's problem: the other tools still sync
             loaded.tool_problems[name] = exc
+
+
+def _check_fallback(loaded: LoadedProfile) -> None:
+    """``[fallback].channel`` must be a defined channel other than the primary. Raises ProfileError."""
+    prof = loaded.model
+    if prof.fallback is None:
+        return
+    name = prof.fallback.channel
+    if name not in prof.channels:
+        raise ProfileError(f"{loaded.where('fallback', 'channel')}: fallback channel `{name}` is not defined",
+                           channel_hint(name, prof.channels))
+    if name == prof.channel:
+        raise ProfileError(f"{loaded.where('fallback', 'channel')}: the fallback channel is the primary `{name}`",
+                           "name another channel of the profile, or remove [fallback]")
 
 
 def _check_tool(loaded: LoadedProfile, name: str, tool: ToolConfig) -> None:
@@ -427,55 +459,3 @@ def _normalize_roots(loaded: LoadedProfile) -> None:
                 if text not in loaded.notices:
                     loaded.notices.append(text)
         loaded.roots[cname] = roots
-
-
-# --- line lookup -------------------------------------------------------------------------------------------
-
-_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
-
-
-def _split_dotted(s: str) -> list[str]:
-    return [part.strip().strip("\"'") for part in re.findall(r"""(?:"[^"]*"|'[^']*'|[^.]+)""", s)]
-
-
-def _where(path: Path, text: str, keys: Sequence[Any]) -> str:
-    """``path:line: `` for the line that defines ``keys`` (the deepest part found), or ``path: `` when the
-    key is not written in the file (a missing key)."""
-    line = find_line(text, [str(k) for k in keys])
-    return f"{path}:{line}" if line else f"{path}"
-
-
-def find_line(text: str, keys: Sequence[str]) -> int | None:
-    """1-based line where the key path ``keys`` is written, or where its nearest written parent is.
-
-    Understands ``[a.b]`` tables, ``a.b = ...`` dotted keys and ``key = {...}`` inline tables (the line of
-    ``key``). Returns None when no part of the path is written.
-    """
-    best: tuple[int, int] | None = None  # (matched depth, line)
-    table: list[str] = []
-    for no, raw in enumerate(text.splitlines(), start=1):
-        m = _HEADER.match(raw)
-        if m:
-            table = _split_dotted(m.group(1))
-            depth = _prefix_len(table, keys)
-            if depth == len(table) and (best is None or depth > best[0]):
-                best = (depth, no)
-            continue
-        k = _KEY.match(raw)
-        if not k:
-            continue
-        full = table + _split_dotted(k.group(1))
-        depth = _prefix_len(full, keys)
-        if depth == len(full) and (best is None or depth > best[0]):
-            best = (depth, no)
-    return best[1] if best else None
-
-
-def _prefix_len(a: Sequence[str], b: Sequence[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
