@@ -30,12 +30,13 @@ lint: setup
 	cd $(TREE) && PYTHONPATH=. ../../$(BIN)/lint-imports ../../pyproject.toml
 	cd $(TREE) && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p conduit
 
-# The fast tier can run on pytest-xdist workers (`make test-fast PYTEST_WORKERS=4`): most of its tests wait
-# on subprocesses and sockets. `--dist loadgroup` hands out single tests, except those marked `xdist_group`
-# (a module-scoped server), which stay on one worker. Serial by default until the parallel run is measured
-# green on a quiet machine (under load, some of the timing-bounded fault tests missed their bounds). The
-# real-vLLM tier always runs serially: its servers use both cores.
-PYTEST_WORKERS ?= 0
+# The fast tier runs on 4 pytest-xdist workers (`make test-fast PYTEST_WORKERS=0` runs it serially): most of
+# its tests wait on subprocesses and sockets, so 4 workers keep 2 cores busy where `-n auto` (2) leaves them
+# idle. `--dist loadgroup` hands out single tests, except those marked `xdist_group` (a module-scoped server),
+# which stay on one worker. Every test has its own HOME, ports from the kernel and deadlines that poll, so
+# the order does not matter; tests/isolation.py (TERMINAL_VARS) says why COLUMNS/LINES are cleared. The
+# real-vLLM and real-tool tiers always run serially: a vLLM server uses both cores.
+PYTEST_WORKERS ?= 4
 FAST := $(BIN)/python -m pytest -q -m "not vllm and not realtools" -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Everything: the fast tier, then the real-vLLM tier (which builds or reuses its venv outside the repo),

@@ -9,13 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from isolation import env_for_subprocess, isolated_vars  # noqa: F401 (re-exported)
+from isolation import clear_terminal_size, env_for_subprocess, isolated_vars  # noqa: F401 (re-exported)
+
+clear_terminal_size()  # once per process, before any test: see isolation.TERMINAL_VARS
 
 
 @pytest.fixture(autouse=True)
 def temp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point HOME at a fresh directory and clear every variable that would redirect conduit or a tool:
-    ``isolation.isolated_vars()`` (XDG, ``CONDUIT_*`` and each adapter's declared ``env_vars``)."""
+    ``isolation.isolated_vars()`` (XDG, ``CONDUIT_*`` and each adapter's declared ``env_vars``).
+    (``COLUMNS``/``LINES`` are removed once, when this file is imported: ``isolation.TERMINAL_VARS``.)"""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))

@@ -20,6 +20,22 @@ CONDUIT_VARS = ("CONDUIT_PROFILE", "CONDUIT_AGENT_SOCKET", "CONDUIT_FAKE_GPUS")
 """conduit's own redirects: the profile, the agent's socket, the fake-GPU hook. (The real-vLLM tier's
 ``CONDUIT_VLLM_VENV``/``CONDUIT_VLLM_PYTHON`` are a developer's settings for that tier and are kept.)"""
 
+TERMINAL_VARS = ("COLUMNS", "LINES")
+"""The terminal size as variables: rich takes ``COLUMNS`` as a fixed width. A shell does not export them, but
+pytest's capture plugin imports GNU readline (``_readline_workaround``), which puts ``COLUMNS=80``/``LINES=24``
+into the C environment: every subprocess started without ``env=`` inherits them, and pytest-xdist workers start
+with them in ``os.environ``, so an in-process console wrapped at 80 columns and a tmux pane's shell exported a
+fixed ``COLUMNS`` that no resize changes. Cleared, but not redirects: not in ``isolated_vars()``
+(tests/test_registry.py sets each of those to a sentinel directory)."""
+
+
+def clear_terminal_size() -> None:
+    """Remove ``TERMINAL_VARS`` from ``os.environ`` and from the C environment (``os.unsetenv``: readline set
+    them there, where ``os.environ`` may not show them)."""
+    for var in TERMINAL_VARS:
+        os.environ.pop(var, None)
+        os.unsetenv(var)
+
 
 def isolated_vars() -> tuple[str, ...]:
     """Every variable to clear: XDG, conduit's own, and each registered adapter's ``env_vars``; sorted."""

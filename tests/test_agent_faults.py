@@ -54,23 +54,27 @@ def send_raw(sock: Path, data: bytes) -> None:
 
 
 def test_a_storm_of_malformed_requests_is_one_summary_line(temp_home: Path) -> None:
+    """2000 malformed requests: the first logged, the rest counted in one summary line per 10 s window (on a
+    loaded machine the sending can span more than one window: every summary is read, none may be missing)."""
     with AgentProc(temp_home) as agent:
         time.sleep(0.5)  # start-up lines written
         before = agent.log.read_bytes()
+        t0 = time.monotonic()
         for i in range(2000):
             send_raw(agent.sock, MALFORMED[i % len(MALFORMED)])
+        windows = 2 + int((time.monotonic() - t0) // 10)  # 10 s windows the sending touched, plus the last one
         assert request(agent.sock, "GET", "/v1/healthz")[0] == 200  # still answering
         time.sleep(0.5)
         during = agent.log.read_bytes()[len(before):].decode(errors="replace")
         assert agent.stop() == 0
         after = agent.log.read_bytes()[len(before):].decode(errors="replace")
     assert "Traceback" not in after and FLAG_ONLY not in after
-    assert len(during.splitlines()) <= 3, during
-    assert len(after.splitlines()) <= 6 and len(after) < 2000, after
+    counts = [int(n) for n in re.findall(r"ignored (\d+) malformed requests in the last 10 s; last: 400 ", after)]
+    assert counts and len(counts) <= windows, after
+    assert len(during.splitlines()) <= 2 + len(counts), during
+    assert len(after.splitlines()) <= 5 + len(counts) and len(after) < 1800 + 200 * len(counts), after
     assert "ignored a malformed request: 400" in during
-    m = re.search(r"ignored (\d+) malformed requests in the last 10 s; last: 400 ", after)
-    assert m, after
-    assert 1 + int(m.group(1)) == 2000  # every one counted, in two lines
+    assert 1 + sum(counts) == 2000  # every one counted: the first alone, the rest in the summaries
 
 
 @pytest.fixture

