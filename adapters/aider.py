@@ -13,6 +13,12 @@ Facts (Aider-AI/aider ``aider/main.py``, ``aider/args.py``; aider.chat docs "YAM
   or a ``.env``). conduit keeps it in Aider's own file (0600) rather than in ``~/.env``, which other programs
   (Gemini CLI among them) read too. ``weak-model`` follows the profile's ``small_model`` when one is set.
 - Aider reads its configuration at start-up.
+- Model metadata: Aider loads ``~/.aider.model.metadata.json``, then the git root's and the working folder's,
+  then ``--model-metadata-file`` (``aider/main.py`` ``register_litellm_models``, ``generate_search_path_list``;
+  later wins), JSON5 in litellm's format: ``{"openai/<model>": {"max_input_tokens": N, "max_output_tokens": M,
+  "max_tokens": M, "litellm_provider": "openai", "mode": "chat"}}`` (``aider/models.py`` ``ModelInfoManager``).
+  ``max_input_tokens`` is what Aider checks a chat against; without an entry it warns "Unknown context window
+  size and costs, using sane defaults". conduit owns only the entry of the profile's model.
 - ``outranks``: an ``AIDER_*`` variable for an owned key, in the shell or any ``.env`` (home, git root, cwd;
   later wins, and a ``.env`` beats the shell), or a git-root/cwd ``.aider.conf.yml`` with its own value. A
   plain ``OPENAI_API_BASE``/``OPENAI_API_KEY`` does not win: Aider sets both from the YAML's values.
@@ -37,6 +43,7 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
+from conduit.adapters.jsonfile import json_target
 from conduit.adapters.masking import shown
 from conduit.adapters.outranks import Blocker, git_root, read_env_quietly
 from conduit.adapters.textformats import parse_yaml, tool_version, yaml_target
@@ -74,9 +81,12 @@ class Aider(AdapterDefaults):
     """Adapter for Aider's home YAML config."""
 
     name: ClassVar[str] = "aider"
+    writes_context: ClassVar[bool] = True  # context_window / max_output_tokens land in its files
     display_name: ClassVar[str] = "Aider"
     protocol: ClassVar[Protocol_] = "openai"
-    owned_keys: ClassVar[tuple[str, ...]] = ("~/.aider.conf.yml: openai-api-base, openai-api-key, model, weak-model",)
+    owned_keys: ClassVar[tuple[str, ...]] = ("~/.aider.conf.yml: openai-api-base, openai-api-key, model, weak-model",
+                                             "~/.aider.model.metadata.json: openai/<model> (when the context is "
+                                             "known)")
     restart_hint: ClassVar[str | None] = "restart Aider: it reads its configuration at start-up"
     Options: ClassVar[type[BaseModel]] = AiderOptions
     env_vars: ClassVar[tuple[str, ...]] = tuple(ENV_OVERRIDES.values())
@@ -99,7 +109,10 @@ class Aider(AdapterDefaults):
                 if doc.get(k) != v:
                     doc[k] = v
 
-        return [yaml_target(path, transform, secret_keys=SECRETS, label=path.name)]
+        targets: list[Target] = [yaml_target(path, transform, secret_keys=SECRETS, label=path.name)]
+        if settings.context_window is not None or settings.max_output_tokens is not None:
+            targets.append(_metadata_target(env, settings))
+        return targets
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: owned values and the higher layers (project YAML, AIDER_* in env or .env files)."""
@@ -161,6 +174,30 @@ class Aider(AdapterDefaults):
                           model.removeprefix("openai/"), key_files=(path,))
 
 
+def metadata_path(env: Env) -> Path:
+    """``~/.aider.model.metadata.json``."""
+    return env.home / ".aider.model.metadata.json"
+
+
+def _metadata_target(env: Env, settings: ToolSettings) -> Target:
+    """The ``openai/<model>`` entry of the home metadata file with the known limits (litellm's keys; the
+    output limit is also ``max_tokens``, litellm's older name); other entries and keys are kept."""
+    wanted: dict[str, Any] = {"litellm_provider": "openai", "mode": "chat"}
+    if settings.context_window is not None:
+        wanted["max_input_tokens"] = settings.context_window
+    if settings.max_output_tokens is not None:
+        wanted["max_output_tokens"] = wanted["max_tokens"] = settings.max_output_tokens
+
+    def transform(doc: dict[str, Any]) -> dict[str, Any]:
+        key = f"openai/{settings.model}"
+        old = doc.get(key)
+        doc[key] = {**(old if isinstance(old, dict) else {}), **wanted}
+        return doc
+
+    path = metadata_path(env)
+    return json_target(path, transform, secret_keys=(), mode=0o644, label=path.name)
+
+
 def _dotenv_paths(env: Env) -> list[Path]:
     """The ``.env`` files Aider loads, in order (later wins): ``~/.env``, the git root's, the working folder's."""
     root = git_root(env.cwd)
@@ -186,4 +223,4 @@ def _effective(key: str, var: str, env: Env, dotenvs: dict[Path, dict[str, str]]
                      False, "conduit's ~/.aider.conf.yml" if key in doc else "not set")
 
 
-__all__ = ["Aider", "AiderOptions", "conf_path"]
+__all__ = ["Aider", "AiderOptions", "conf_path", "metadata_path"]

@@ -24,8 +24,8 @@ from conduit.adapters.outranks import Blocker
 
 __all__ = [
     "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "Effective", "Env", "NoOptions",
-    "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "Target", "TextTarget", "ToolFacts", "ToolSettings",
-    "Unsupported",
+    "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "TAKE_CURRENT", "Target", "TextTarget", "ToolFacts",
+    "ToolSettings", "Unsupported",
 ]
 
 # Written in place of a key for a channel that needs none (a local vLLM without --api-key): the tools'
@@ -193,6 +193,13 @@ class SqliteTarget:
 
 
 Target = TextTarget | SqliteTarget
+
+
+TAKE_CURRENT = "_take_current"
+"""The option the sync engine adds for an adapter that ``keeps_user_choice`` (CC Switch; never the profile: its
+``Options`` refuses it there): True when conduit should take the tool's own selection back (the profile's choice
+changed since the last sync, or ``--force``). Here, not in cc_switch.py, so the engine need not import that
+adapter (and psutil, sqlite) to name it."""
 
 
 class NoOptions(BaseModel):

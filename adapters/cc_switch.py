@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-import psutil
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import (
+    TAKE_CURRENT,
     AdapterDefaults,
     Env,
     NotFound,
@@ -68,9 +68,8 @@ class CCSwitchOptions(BaseModel):
     make_current: bool = True
 
 
-TAKE_CURRENT = "_take_current"
-"""The option the sync engine adds (never the profile: ``CCSwitchOptions`` refuses it there): True when conduit
-should take ``is_current`` back (the profile's choice changed since the last sync, or ``--force``)."""
+# TAKE_CURRENT (imported above from base, where the engine names it): True when conduit should take
+# ``is_current`` back (the profile's choice changed since the last sync, or ``--force``).
 
 
 def provider_id(channel: str) -> str:
@@ -246,6 +245,8 @@ def _selected_words(selected: Mapping[str, Any]) -> str:
 
 
 def _cc_switch_running() -> bool:
+    import psutil  # lazy: only CC Switch's sync asks which processes run (psutil is ~x0.3 of a bare start)
+
     for proc in psutil.process_iter(["name"]):
         name = (proc.info.get("name") or "").lower()
         if "cc-switch" in name or name == "cc switch":

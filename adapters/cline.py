@@ -12,6 +12,11 @@ Facts (shared/formats/cline.md, read from the cline/cline sources, VS Code 4.1.x
   ``updatedAt`` must end in ``Z``.
 - The OpenAI SDK requests ``baseURL + "/chat/completions"``; it never adds ``/v1``.
 - Generation B caches both files in memory and rewrites them on its next save: reload Cline after a sync.
+- Limits (tokens): generation B's ``planModeOpenAiModelInfo`` / ``actModeOpenAiModelInfo`` objects hold
+  ``contextWindow`` and ``maxTokens`` (shared/formats/cline.md; cline/cline ``src/shared/api.ts`` ``ModelInfo``);
+  generation C's provider ``settings`` has ``contextWindow`` and ``maxTokens`` (``@cline/core`` 3.0's
+  ``ProviderSettingsSchema``, ``services/llms/provider-settings.d.ts``), which ``@cline/llms`` passes on as
+  ``maxInputTokens`` and ``maxOutputTokens``. conduit writes them only when it knows them.
 """
 
 from __future__ import annotations
@@ -106,18 +111,25 @@ def utc_stamp() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
+def _limits(settings: ToolSettings) -> dict[str, int]:
+    """``{"contextWindow": N, "maxTokens": M}`` with only the limits ``settings`` knows."""
+    return {k: v for k, v in (("contextWindow", settings.context_window), ("maxTokens", settings.max_output_tokens))
+            if v is not None}
+
+
 class Cline(AdapterDefaults):
     """Adapter for Cline's OpenAI-compatible provider (generations B and C)."""
 
     name: ClassVar[str] = "cline"
+    writes_context: ClassVar[bool] = True  # context_window / max_output_tokens land in its files
     display_name: ClassVar[str] = "Cline"
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "globalState.json: planModeApiProvider, actModeApiProvider, openAiBaseUrl, planModeOpenAiModelId, "
-        "actModeOpenAiModelId",
+        "actModeOpenAiModelId", "{plan,act}ModeOpenAiModelInfo.{contextWindow,maxTokens} (when known)",
         "secrets.json: openAiApiKey",
         "settings/providers.json: lastUsedProvider, providers.openai-compatible.settings.{provider,apiKey,model,"
-        "baseUrl}",
+        "baseUrl}, and .{contextWindow,maxTokens} (when known)",
     )
     discover_rank: ClassVar[int] = 1  # conduit init reads Claude Code, Cline, then CC Switch
     restart_hint: ClassVar[str | None] = ("reload Cline (VS Code: Developer: Reload Window; CLI: start a new session): "
@@ -154,8 +166,13 @@ class Cline(AdapterDefaults):
             "actModeOpenAiModelId": settings.model,
         }
 
+        limits = _limits(settings)
+
         def state(doc: dict[str, Any]) -> dict[str, Any]:
             doc.update(owned_state)
+            for k in ("planModeOpenAiModelInfo", "actModeOpenAiModelInfo") if limits else ():
+                old = doc.get(k)
+                doc[k] = {**(old if isinstance(old, dict) else {}), **limits}
             return doc
 
         def secrets(doc: dict[str, Any]) -> dict[str, Any]:
@@ -174,6 +191,7 @@ class Cline(AdapterDefaults):
             "apiKey": settings.key_or_placeholder,
             "model": settings.model,
             "baseUrl": settings.root.openai_base(),
+            **_limits(settings),
         }
 
         def transform(doc: dict[str, Any]) -> dict[str, Any]:

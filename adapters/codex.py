@@ -21,6 +21,10 @@ Facts (openai/codex: ``codex-rs/core/src/model_provider_info.rs``, ``codex-rs/ar
 - Higher layers: ``-c``/``--config`` flags, ``--profile``/``profile = "..."`` (a profile may set its own
   ``model_provider``/``model``), a trusted project's ``.codex/config.toml`` (may set ``model``). Codex reads
   config.toml only at start-up.
+- ``model_context_window = N`` (root key, tokens) tells Codex the model's context window, which it cannot know
+  for a custom provider's model ("model metadata is unknown", shared/formats/real-tools.md); openai/codex
+  ``docs/config.md`` ("model_context_window"), and the string is in the 0.171 binary. Codex has no output-limit
+  key (no ``model_max_output_tokens`` in that binary), so ``max_output_tokens`` is not written.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def codex_home(env: Env) -> Path:
     return Path(base).expanduser() if base else env.home / ".codex"
 
 
-def _set_root(doc: tomlkit.TOMLDocument, key: str, value: str) -> None:
+def _set_root(doc: tomlkit.TOMLDocument, key: str, value: str | int) -> None:
     """Set a root key; a new one goes right after the last root key (not after a table's leading comment)."""
     if key in doc:
         if doc[key] != value:
@@ -103,11 +107,12 @@ class Codex(AdapterDefaults):
     """Adapter for Codex CLI's config.toml (and its ``.env`` for the key)."""
 
     name: ClassVar[str] = "codex"
+    writes_context: ClassVar[bool] = True  # context_window / max_output_tokens land in its files
     display_name: ClassVar[str] = "Codex CLI"
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "config.toml: model, model_provider, model_providers.conduit.{name,base_url,wire_api,env_key,"
-        "experimental_bearer_token}",
+        "experimental_bearer_token}, model_context_window (when known)",
         f".env: {KEY_VAR}",
     )
     restart_hint: ClassVar[str | None] = "start a new Codex session: it reads config.toml and .env only at start-up"
@@ -136,6 +141,8 @@ class Codex(AdapterDefaults):
         def transform(doc: tomlkit.TOMLDocument) -> None:
             _set_root(doc, "model", settings.model)
             _set_root(doc, "model_provider", PROVIDER_ID)
+            if settings.context_window is not None:
+                _set_root(doc, "model_context_window", settings.context_window)
             providers = doc.get("model_providers")
             if providers is None:
                 providers = tomlkit.table(is_super_table=True)

@@ -11,6 +11,10 @@ and ``packages/openai-adapters``):
   other fields such as ``roles`` are the person's); the literal key is in the file, which conduit keeps 0600.
 - Comments and the rest of the file are kept (ruamel.yaml round-trip). Continue reloads config.yaml when it
   changes; pick ``conduit`` in its model list once.
+- A model's ``defaultCompletionOptions: {contextLength: N, maxTokens: M}`` (tokens): ``contextLength`` is the
+  window Continue checks a prompt against ("Context length exceeded"), ``maxTokens`` what it asks for as
+  output (docs "config.yaml reference", ``defaultCompletionOptions``; both read in ``@continuedev/cli`` 1.5's
+  bundle). Other completion options there are the person's.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from conduit.adapters.base import (
     AdapterDefaults,
@@ -60,9 +63,12 @@ class Continue(AdapterDefaults):
     """Adapter for Continue's config.yaml (one model entry named ``conduit``)."""
 
     name: ClassVar[str] = "continue"
+    writes_context: ClassVar[bool] = True  # context_window / max_output_tokens land in its files
     display_name: ClassVar[str] = "Continue"
     protocol: ClassVar[Protocol_] = "openai"
-    owned_keys: ClassVar[tuple[str, ...]] = ("config.yaml: models[name=conduit].{provider,model,apiBase,apiKey}",)
+    owned_keys: ClassVar[tuple[str, ...]] = ("config.yaml: models[name=conduit].{provider,model,apiBase,apiKey}, "
+                                             "models[name=conduit].defaultCompletionOptions.{contextLength,maxTokens} "
+                                             "(when known)",)
     restart_hint: ClassVar[str | None] = None  # Continue reloads config.yaml when it changes
     Options: ClassVar[type[BaseModel]] = ContinueOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CONTINUE_GLOBAL_DIR",)
@@ -81,6 +87,8 @@ class Continue(AdapterDefaults):
                  "apiKey": settings.key_or_placeholder}
 
         def transform(doc: Any) -> None:
+            from ruamel.yaml.comments import CommentedMap, CommentedSeq  # lazy: YAML only when Continue syncs
+
             if not doc:
                 doc.update({"name": "Local Config", "version": "1.0.0", "schema": "v1"})
             models = doc.get("models")
@@ -93,10 +101,10 @@ class Continue(AdapterDefaults):
                 models.append(entry)
                 entry.update(owned)
                 entry["roles"] = CommentedSeq(["chat", "edit", "apply"])
-                return
             for k, v in owned.items():
                 if entry.get(k) != v:
                     entry[k] = v
+            _set_limits(entry, settings)
 
         return [yaml_target(path, transform, secret_keys=("apiKey",), label="config.yaml")]
 
@@ -124,6 +132,24 @@ class Continue(AdapterDefaults):
         base = str(entry["apiBase"])
         return ClientView(base if base.endswith("/") else base + "/", str(entry.get("apiKey") or ""),
                           str(entry.get("model") or ""), key_files=(path,))
+
+
+def _set_limits(entry: Any, settings: ToolSettings) -> None:
+    """``defaultCompletionOptions.contextLength`` / ``maxTokens`` from ``settings`` where known; the person's other
+    completion options are kept, and nothing is touched when neither is known."""
+    wanted = {k: v for k, v in (("contextLength", settings.context_window), ("maxTokens", settings.max_output_tokens))
+              if v is not None}
+    if not wanted:
+        return
+    opts = entry.get("defaultCompletionOptions")
+    if not isinstance(opts, dict):
+        from ruamel.yaml.comments import CommentedMap  # lazy, as in transform()
+
+        opts = CommentedMap()
+        entry["defaultCompletionOptions"] = opts
+    for k, v in wanted.items():
+        if opts.get(k) != v:
+            opts[k] = v
 
 
 def _models(path: Path) -> tuple[list[Any], str | None]:

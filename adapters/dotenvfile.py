@@ -15,8 +15,6 @@ import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from dotenv import dotenv_values
-
 from conduit.adapters.base import TextTarget
 from conduit.adapters.masking import masker
 
@@ -29,6 +27,8 @@ _DOTENV_LINE = re.compile(
 def read_dotenv(text: str | None) -> dict[str, str]:
     """The variables a dotenv file defines, as python-dotenv reads them (later lines win); a name without
     ``=`` defines nothing."""
+    from dotenv import dotenv_values  # lazy, as in outranks.read_env_quietly
+
     values = dotenv_values(stream=io.StringIO(text or ""), interpolate=False)
     return {name: value for name, value in values.items() if value is not None}
 

@@ -14,8 +14,8 @@ Everything here works on paths in one directory (the temp file sits next to the 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +29,12 @@ _RENAME_EXCHANGE = 2
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM}
 
 
+@functools.cache
 def _load_renameat2() -> Callable[..., int] | None:
-    """glibc's ``renameat2`` (2.28+), or None where the C library lacks it."""
+    """glibc's ``renameat2`` (2.28+), or None where the C library lacks it. Looked up on the first write (ctypes
+    and the C library cost a command that writes nothing, such as a no-op ``conduit sync``), then kept."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn: Any = libc.renameat2
@@ -41,18 +45,17 @@ def _load_renameat2() -> Callable[..., int] | None:
     return fn  # type: ignore[no-any-return]
 
 
-_renameat2 = _load_renameat2()
-
-
 def _rename2(src: Path, dst: Path, flags: int) -> bool:
     """``renameat2(src, dst, flags)``. True when done; False when this OS or file system does not support it.
 
     Raises:
         OSError: any other failure (``EEXIST`` for ``RENAME_NOREPLACE`` onto an existing name).
     """
-    if _renameat2 is None:
+    renameat2 = _load_renameat2()
+    if renameat2 is None:
         return False
-    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+    import ctypes  # imported by _load_renameat2 already: a dictionary lookup here
+    if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
         return True
     err = ctypes.get_errno()
     if err in _UNSUPPORTED:

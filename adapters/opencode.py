@@ -15,6 +15,10 @@ Facts (sst/opencode docs ``config``, ``providers`` ("Custom provider"), and ``pa
   instead (export it yourself).
 - Layers, later wins: remote ``.well-known/opencode`` < global < ``$OPENCODE_CONFIG`` < project
   ``opencode.json[c]`` < ``.opencode/`` < ``$OPENCODE_CONFIG_CONTENT``. OpenCode reads its config at start-up.
+- A model's ``limit = {"context": N, "output": M}`` (tokens; both required when ``limit`` is given: the model
+  schema in ``packages/opencode/src/provider`` is ``limit: {context, input?, output}``). OpenCode sends
+  ``max_tokens = min(limit.output, OUTPUT_TOKEN_MAX) || OUTPUT_TOKEN_MAX`` (32 000), so ``output: 0`` means
+  "unknown" and keeps its default; ``context`` drives its compaction. Read from the 1.18 binary's bundle.
 """
 
 from __future__ import annotations
@@ -77,11 +81,12 @@ class OpenCode(AdapterDefaults):
     """Adapter for OpenCode's global config (a conduit provider plus ``model``/``small_model``)."""
 
     name: ClassVar[str] = "opencode"
+    writes_context: ClassVar[bool] = True  # context_window / max_output_tokens land in its files
     display_name: ClassVar[str] = "OpenCode"
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "opencode.json[c]: provider.conduit (npm, name, options.baseURL, options.apiKey, models), model, "
-        "small_model (when the profile sets one)",
+        "small_model (when the profile sets one), provider.conduit.models.<model>.limit (when the context is known)",
         "<conduit config>/tool-keys/<channel>.key (key_source = file)",
     )
     restart_hint: ClassVar[str | None] = "restart OpenCode: it reads its config at start-up"
@@ -116,7 +121,8 @@ class OpenCode(AdapterDefaults):
                 ((*base, "options", "baseURL"), settings.root.openai_base()),
                 ((*base, "options", "apiKey"), api_key),
             ]
-            out += [((*base, "models", m), known.get(m) or {"name": m}) for m in models]
+            out += [((*base, "models", m), _with_limit(known.get(m) or {"name": m}, settings)
+                     if m == settings.model else known.get(m) or {"name": m}) for m in models]
             out.append((("model",), f"{PROVIDER_ID}/{settings.model}"))
             if settings.small_model:
                 out.append((("small_model",), f"{PROVIDER_ID}/{settings.small_model}"))
@@ -201,6 +207,18 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
             effective["model"] = Effective(ldoc["model"], f"{label} ({layer})", ldoc["model"] != doc.get("model"),
                                            "it ranks above the global config conduit writes")
     return effective
+
+
+def _with_limit(entry: Any, settings: ToolSettings) -> Any:
+    """The model entry with ``limit`` from ``settings`` (context window, output limit) when either is known; a
+    part conduit does not know keeps what the person wrote, else 0 (OpenCode's "unknown"). Other keys kept."""
+    if (settings.context_window is None and settings.max_output_tokens is None) or not isinstance(entry, dict):
+        return entry
+    got = entry.get("limit")
+    old: dict[str, Any] = got if isinstance(got, dict) else {}
+    ctx = settings.context_window if settings.context_window is not None else old.get("context", 0)
+    output = settings.max_output_tokens if settings.max_output_tokens is not None else old.get("output", 0)
+    return {**entry, "limit": {**old, "context": ctx, "output": output}}
 
 
 __all__ = ["OpenCode", "OpenCodeOptions", "config_dir", "config_file", "key_file"]

@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-# python-dotenv itself, not conduit.adapters.dotenvfile: that module imports base, which imports this one
-from dotenv import dotenv_values
-
 BlockerState = Literal["overridden", "untrusted", "refused"]
 
 __all__ = ["Blocker", "BlockerState", "git_root", "read_env_quietly"]
@@ -46,6 +43,10 @@ class Blocker:
 
 def read_env_quietly(path: Path) -> dict[str, str]:
     """A ``.env`` file's variables; ``{}`` when missing or unreadable."""
+    # lazy (python-dotenv imports logging; most runs read no .env file); python-dotenv itself, not
+    # conduit.adapters.dotenvfile: that module imports base, which imports this one
+    from dotenv import dotenv_values
+
     try:
         values = dotenv_values(path, interpolate=False)
     except (OSError, UnicodeDecodeError, ValueError):

@@ -4,37 +4,90 @@ Its keys are the valid ``[tools.<name>]`` names in the profile; the sync engine,
 ``conduit init`` discovery and the test suite (the variables it clears, the OpenAI field cases) all iterate
 over it, so adding a tool is one adapter module and one line here (README "Adding a tool").
 
-Typed as ``Mapping[str, Adapter]`` so that mypy checks every entry against the ``Adapter`` protocol.
+Each line names the adapter's module and class; the module is imported, and the adapter built, the first time
+its entry is read (``ADAPTERS["codex"]``, or iterating the values). The names alone (``in``, ``list(ADAPTERS)``)
+import nothing, so ``conduit sync`` of a profile with one tool loads that one adapter's module (its file
+formats, its pydantic ``Options`` model) and not the other seven (tests/test_cli_start.py). Typed as
+``Mapping[str, Adapter]``; mypy checks every class against the ``Adapter`` protocol through ``_CHECKED`` below.
 
-Test hook: the mapping is a plain ``dict`` shared by every importer, so a test registers a throwaway adapter
+Test hook: the mapping is one object shared by every importer, so a test registers a throwaway adapter
 with ``monkeypatch.setitem(registry.ADAPTERS, "name", adapter)`` (undone when the test ends) and every part of
 conduit sees it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING
 
-from conduit.adapters.aider import Aider
 from conduit.adapters.base import Adapter
-from conduit.adapters.cc_switch import CCSwitch
-from conduit.adapters.claude_code import ClaudeCode
-from conduit.adapters.cline import Cline
-from conduit.adapters.codex import Codex
-from conduit.adapters.continue_dev import Continue
-from conduit.adapters.gemini import Gemini
-from conduit.adapters.opencode import OpenCode
 
-ADAPTERS: Mapping[str, Adapter] = {
-    "aider": Aider(),
-    "cc_switch": CCSwitch(),
-    "claude_code": ClaudeCode(),
-    "cline": Cline(),
-    "codex": Codex(),
-    "continue": Continue(),
-    "gemini": Gemini(),
-    "opencode": OpenCode(),
+_TABLE: dict[str, str] = {
+    "aider": "aider:Aider",
+    "cc_switch": "cc_switch:CCSwitch",
+    "claude_code": "claude_code:ClaudeCode",
+    "cline": "cline:Cline",
+    "codex": "codex:Codex",
+    "continue": "continue_dev:Continue",
+    "gemini": "gemini:Gemini",
+    "opencode": "opencode:OpenCode",
 }
+"""name -> ``module:Class`` under ``conduit.adapters``, sorted by name."""
+
+if TYPE_CHECKING:  # the static twin of _TABLE: mypy checks each class against the Protocol (nothing at run time)
+    from conduit.adapters.aider import Aider
+    from conduit.adapters.cc_switch import CCSwitch
+    from conduit.adapters.claude_code import ClaudeCode
+    from conduit.adapters.cline import Cline
+    from conduit.adapters.codex import Codex
+    from conduit.adapters.continue_dev import Continue
+    from conduit.adapters.gemini import Gemini
+    from conduit.adapters.opencode import OpenCode
+
+    _CHECKED: Mapping[str, Adapter] = {
+        "aider": Aider(), "cc_switch": CCSwitch(), "claude_code": ClaudeCode(), "cline": Cline(), "codex": Codex(),
+        "continue": Continue(), "gemini": Gemini(), "opencode": OpenCode(),
+    }
+
+
+class _Registry(MutableMapping[str, Adapter]):
+    """``name -> Adapter`` in ``_TABLE``'s order; an entry's module is imported when the entry is first read.
+
+    Entries set later (the test hook) come after the table's, and deleting one removes it; both act on this
+    one shared object. Raises KeyError for a name it does not hold, like a dict.
+    """
+
+    def __init__(self, table: Mapping[str, str]) -> None:
+        self._specs: dict[str, str | Adapter] = dict(table)
+
+    def __getitem__(self, name: str) -> Adapter:
+        spec = self._specs[name]
+        if isinstance(spec, str):
+            module, cls = spec.split(":")
+            spec = self._specs[name] = getattr(importlib.import_module(f"conduit.adapters.{module}"), cls)()
+        return spec
+
+    def __setitem__(self, name: str, adapter: Adapter) -> None:
+        self._specs[name] = adapter
+
+    def __delitem__(self, name: str) -> None:
+        del self._specs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __repr__(self) -> str:
+        return f"ADAPTERS({', '.join(self._specs)})"
+
+
+ADAPTERS: Mapping[str, Adapter] = _Registry(_TABLE)
 
 
 def declared_env_vars() -> tuple[str, ...]:

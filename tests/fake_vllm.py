@@ -17,6 +17,9 @@ Behaviour from the environment:
                           ``--api-key X``, ``api_key=X`` and ``Authorization: Bearer X``; also print
                           ``FAKE_VLLM_ECHO_BARE`` as it is and ``FAKE_VLLM_ECHO_FLAG`` in flag forms only
                           (``--api-key=X``, ``hf_token=X``). ``{key}`` in FAKE_VLLM_MESSAGE is the API key.
+    FAKE_VLLM_TOKEN_S     a streamed chat completion (``"stream": true``) sends ``max_tokens`` tokens this many
+                          seconds apart (default 0.01), at most ``--max-num-seqs`` answers at once (the rest
+                          wait, as vLLM's batch cap makes them), with a usage chunk when asked
     FAKE_VLLM_SETSID      child: fork a child that calls ``os.setsid()`` (leaving the group and session) and
                           sleeps; orphan: the same from an intermediate process that then exits, so the sleeper
                           is re-parented (to the agent when it is a subreaper). Its pid goes to
@@ -105,6 +108,9 @@ class State:
     prompt_tokens = 0
     generation_tokens = 0
     requests = 0
+    running = 0
+    waiting = 0
+    lock = threading.Lock()
 
 
 def main() -> None:
@@ -176,10 +182,50 @@ def main() -> None:
             else:
                 self._send(404, {"error": "not found"})
 
+        def _stream(self, body: dict[str, object]) -> None:
+            """A streamed answer of ``max_tokens`` tokens, paced by FAKE_VLLM_TOKEN_S, under the slots."""
+            n_tokens, pace = int(str(body.get("max_tokens") or 16)), float(env.get("FAKE_VLLM_TOKEN_S", "0.01"))
+            with State.lock:
+                State.waiting += 1
+            with slots:
+                with State.lock:
+                    State.waiting, State.running, State.requests = State.waiting - 1, State.running + 1, \
+                        State.requests + 1
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for _ in range(n_tokens):
+                        time.sleep(pace)
+                        chunk = {"object": "chat.completion.chunk", "model": served,
+                                 "choices": [{"index": 0, "delta": {"content": "x "}, "finish_reason": None}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    with State.lock:
+                        State.prompt_tokens, State.generation_tokens = State.prompt_tokens + 10, \
+                            State.generation_tokens + n_tokens
+                    if (body.get("stream_options") or {}).get("include_usage"):  # type: ignore[union-attr]
+                        usage = {"prompt_tokens": 10, "completion_tokens": n_tokens, "total_tokens": 10 + n_tokens}
+                        self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    self.close_connection = True
+                finally:
+                    with State.lock:
+                        State.running -= 1
+
         def do_POST(self) -> None:  # noqa: N802
             n = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(n)
-            if self.path == "/v1/chat/completions" and self._authed():
+            raw = self.rfile.read(n)
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = {}
+            if not isinstance(body, dict):
+                body = {}
+            if self.path == "/v1/chat/completions" and body.get("stream") and self._authed():
+                self._stream(body)
+            elif self.path == "/v1/chat/completions" and self._authed():
                 State.requests += 1
                 State.prompt_tokens += 10
                 State.generation_tokens += 5
@@ -190,6 +236,7 @@ def main() -> None:
             elif self.path != "/v1/chat/completions":
                 self._send(404, {"error": "not found"})
 
+    slots = threading.Semaphore(int(args.get("max-num-seqs", "256")))
     server = ThreadingHTTPServer((host, port), Handler)
     print(f"(APIServer pid={pid}) INFO [entry.py:140] Starting vLLM server on http://{host}:{port}", flush=True)
     print("INFO:     Application startup complete.", flush=True)
@@ -214,8 +261,8 @@ def main() -> None:
 def _metrics(served: str) -> str:
     lab = f'engine="0",model_name="{served}"'
     lines = [
-        "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} 0.0",
-        "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lab}}} 0.0",
+        "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} {float(State.running)}",
+        "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lab}}} {float(State.waiting)}",
         "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lab}}} 0.0",
         "# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{{{lab}}} {float(State.prompt_tokens)}",
         "# TYPE vllm:generation_tokens counter",

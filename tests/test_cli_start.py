@@ -76,6 +76,50 @@ def test_profile_path_loads_no_agent_vllm_plan_or_bench(temp_home: Path, args: t
         assert names & COMMAND_MODULES == {"conduit.daemon.cli.sync"}
 
 
+# What the commands a person waits on must not load (bench/cli.py measures them; issue 15): rich's help formatter
+# (typer.rich_utils: rich's markdown, traceback and pygments) anywhere; for `--help`, rich and pydantic at all; for
+# a sync of one tool, the other tools' adapter modules and the file formats only they use (ruamel.yaml: Continue,
+# Aider; psutil: CC Switch), the [vllm] models of a profile without [vllm], httpx, and ctypes (a no-op writes nothing).
+RICH_HELP = re.compile(r"^(typer\.rich_utils|rich\.markdown|markdown_it|pygments)(\.|$)")
+ONE_TOOL_SYNC = re.compile(r"^(conduit\.adapters\.(aider|cc_switch|cline|codex|continue_dev|gemini|"
+                           r"opencode)|ruamel|psutil|conduit\.daemon\.config\.(vllm|cluster)|httpx|ctypes)(\.|$)")
+
+
+def test_help_is_plain_and_loads_neither_rich_nor_pydantic(temp_home: Path) -> None:
+    r, names = run_imports(temp_home, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("Usage: conduit [OPTIONS] COMMAND"), r.stdout[:500]
+    assert sorted(n for n in names if re.match(r"^(rich|pydantic|pydantic_core)(\.|$)", n)) == []
+    r, names = run_imports(temp_home, "sync", "--help")  # a command's own help: plain too, no rich formatter
+    assert r.returncode == 0 and "--dry-run" in r.stdout and "\u256d" not in r.stdout, r.stdout[:500]
+    assert sorted(n for n in names if RICH_HELP.match(n)) == []
+
+
+def test_sync_of_one_tool_loads_only_that_adapter(temp_home: Path) -> None:
+    write_profile(temp_home, tools=("claude_code",))
+    claude_settings(temp_home, {"permissions": {"allow": ["Bash"]}})
+    run_sync(temp_home)  # the measured case: nothing left to change
+    r, names = run_imports(temp_home, "sync")
+    assert r.returncode == 0 and "unchanged" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "conduit.adapters.claude_code" in names
+    assert sorted(n for n in names if ONE_TOOL_SYNC.match(n) or RICH_HELP.match(n)) == []
+
+
+def test_lazy_registry_table_matches_its_type_checked_twin() -> None:
+    """adapters/registry.py names each adapter twice: ``_TABLE`` (imported lazily) and ``_CHECKED`` (what mypy
+    checks against the Adapter protocol); both list the same tools, and each ``module:Class`` is that class."""
+    import ast
+
+    from conduit.adapters import registry
+
+    tree = ast.parse(Path(registry.__file__).read_text())
+    checked = next(n.value for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)
+                   and isinstance(n.target, ast.Name) and n.target.id == "_CHECKED")
+    assert isinstance(checked, ast.Dict)
+    pairs = {ast.literal_eval(k): v.func.id for k, v in zip(checked.keys, checked.values, strict=True)
+             if k is not None and isinstance(v, ast.Call) and isinstance(v.func, ast.Name)}
+    assert pairs == {name: spec.split(":")[1] for name, spec in registry._TABLE.items()}
+
+
 def test_a_command_loads_its_own_module(temp_home: Path) -> None:
     """The lazy group does import what runs: `plan --help` loads the planner's CLI module (and no other)."""
     r, names = run_imports(temp_home, "plan", "--help")

@@ -5,7 +5,8 @@ supervised vLLM's state with its last start-up failure and its prefix-cache hit 
 asked (it owns the vLLM supervisor and the GPU history); otherwise the same probes and NVML reads run here, and
 the vLLM part says that no agent supervises one.
 
-Healthy means: every channel's every protocol answered ``ok``, and a configured vLLM is ``ready``.
+Healthy means: every channel's every protocol answered ``ok``, and a configured vLLM is ``ready``; with
+``--deep``, also that every checked channel and model answered a tool call.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ LOW_PREFIX_HIT = 0.30  # the supervisor's warning threshold (daemon/vllm_metrics
 
 
 def live_report(profile_path: str | Path | None = None, *, socket_path: Path | None = None,
-                probe_wait_s: float = 10.0) -> dict[str, Any]:
-    """Probe and read everything once.
+                probe_wait_s: float = 10.0, deep: bool = False) -> dict[str, Any]:
+    """Probe and read everything once; with ``deep``, also send one tiny tool-call request per channel and
+    model (``conduit.daemon.agent.toolcall``: it costs a few tokens on a hosted gateway).
 
     Returns:
         ``{"source": "agent" | "direct", "channels": {name: {"healthy", "verdict", "protocols": {...}}},
         "gpus": {"gpus": [...], "reason"}, "host": {...}, "vllm": {...}, "prefix_cache": {...} | None,
-        "problems": [str], "ok": bool}``. Keys appear only as fingerprints.
+        "tool_calls": {"checks", "problems", "ok"} (with ``deep`` only), "problems": [str], "ok": bool}``.
+        Keys appear only as fingerprints.
     """
     try:
         report = _from_agent(socket_path, probe_wait_s)
@@ -35,6 +38,11 @@ def live_report(profile_path: str | Path | None = None, *, socket_path: Path | N
         report = _direct(profile_path)
     report["prefix_cache"] = _prefix_cache(report.get("vllm") or {})
     report["problems"] = _problems(report)
+    if deep:
+        from conduit.daemon.agent.toolcall import tool_call_report
+
+        report["tool_calls"] = tool_call_report(profile_path)
+        report["problems"] += report["tool_calls"]["problems"]
     report["ok"] = not report["problems"]
     return report
 

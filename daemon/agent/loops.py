@@ -9,6 +9,8 @@ Loops:
     files            every ``reload_interval_s``: the profile (-> probe targets, vLLM settings) when it changed
                      or every ``rekey_interval_s`` (keys may rotate in place), and the sync state file
     channel probes   ``conduit.daemon.agent.prober.Prober``'s own jittered schedules
+    routing          every ``routing.TICK_S`` while the profile has ``[fallback]``: the primary probed at least
+                     every second, the judge fed, the routing file written on a change (``conduit.daemon.agent.routing``)
     vLLM following   when the agent runs its own supervisor: a reload whose ``[vllm]`` settings changed
                      calls ``apply_settings`` (which restarts vLLM only when what it is launched with changed),
                      removing the table stops vLLM, adding it starts one; an invalid profile changes nothing
@@ -28,13 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from conduit.daemon.agent.cluster import ClusterKeeper, follow_cluster, serves_api
 from conduit.daemon.agent.gpu import GpuHistory, GpuProbe, GpuReport, HostSnapshot, host_snapshot, report_json
 from conduit.daemon.agent.models import Channels, Gpus, HostNote, HostSample, ToolsBody
 from conduit.daemon.agent.prober import Prober, ProbeTarget, targets_for
+from conduit.daemon.agent.routing import TICK_S, RoutePlan, Router, plan_for
 from conduit.daemon.agent.state import AgentConfig
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import load_profile
 from conduit.daemon.config.resolve import vllm_settings
+from conduit.daemon.config.routing import profile_key
 from conduit.daemon.config.vllm import VllmSettings
 from conduit.errors import ConduitError
 from conduit.redact import Redactor
@@ -60,6 +65,7 @@ class ProfileView:
         valid: the profile was read and validated; when false, ``vllm`` means nothing and vLLM is left alone.
         vllm: the ``[vllm]`` settings ready to launch with, None without a table, or the ``ConduitError`` met
             reading ``[vllm].api_key``'s key source.
+        route: the ``[fallback]`` plan (``conduit.daemon.agent.routing.RoutePlan``), or None without the table.
     """
 
     targets: list[ProbeTarget]
@@ -67,6 +73,7 @@ class ProfileView:
     note: str | None
     valid: bool
     vllm: VllmSettings | ConduitError | None = None
+    route: RoutePlan | None = None
 
     def secrets(self) -> list[str]:
         """Every key this read resolved: the channels' keys and ``[vllm].api_key`` (for the agent's Redactor)."""
@@ -91,7 +98,7 @@ def read_profile(path: str | None) -> ProfileView:
         vllm = vllm_settings(loaded)
     except ConduitError as exc:
         vllm = exc
-    return ProfileView(targets, problems, None, valid=True, vllm=vllm)
+    return ProfileView(targets, problems, None, valid=True, vllm=vllm, route=plan_for(loaded, profile_key(path)))
 
 
 def read_tools(path: Path) -> ToolsBody:
@@ -157,6 +164,7 @@ class Keeper:
         self.own_vllm = vllm is None
         self.vllm_problem: dict[str, Any] | None = None
         self._vllm_factory = vllm_factory
+        self.cluster: ClusterKeeper | None = None  # [vllm.cluster] backend ray (conduit.daemon.agent.cluster)
         self._vllm_task: asyncio.Task[None] | None = None
         self.own_prober = prober is None
         self.prober = prober or Prober([], interval_s=config.probe_interval_s)
@@ -168,6 +176,7 @@ class Keeper:
         self._last_vllm_state: str | None = None
         self._probing: dict[str, asyncio.Task[Any]] = {}
         self._channels: tuple[int, str | None, Channels] | None = None
+        self.router = Router()  # the fallback judge; its generation keys the kept /v1/status body
 
     # ---- lifecycle
 
@@ -182,6 +191,7 @@ class Keeper:
         """Start the loops on the running event loop (and a slot passed in, and a prober passed in)."""
         self.spawn(self._gpu_loop(), name="gpu")
         self.spawn(self._files_loop(), name="files")
+        self.spawn(self._routing_loop(), name="routing")
         if self.vllm is not None and not self.own_vllm:
             self.spawn(self.vllm.run(), name="vllm")
         if not self.own_prober:
@@ -194,6 +204,10 @@ class Keeper:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.cluster is not None:  # a group vLLM is not left for adoption: without Ray it cannot serve
+            left = await self.cluster.aclose()
+            if left:
+                log.warning("Ray processes left after stop: %s", "; ".join(left))
         if self.own_vllm and self.vllm is not None:
             try:
                 await self.vllm.aclose(stop_vllm=False)
@@ -241,6 +255,10 @@ class Keeper:
         if state == "ready" and self._last_vllm_state != "ready" and "local" in self.prober.health:
             self.spawn(self.prober.probe_channel("local"))
         self._last_vllm_state = state
+
+    def _gpu_total(self) -> int | None:
+        """The smallest total memory of this node's GPUs, bytes (None without a GPU reading)."""
+        return min((g.total_bytes for g in self.gpus.gpus if g.total_bytes), default=None)
 
     def _sample(self) -> None:
         pids = self._vllm_pids()
@@ -296,6 +314,8 @@ class Keeper:
                 self.prober.start()  # restart the schedules only when what is probed changed
         if self.own_vllm and view.valid:
             await self._follow_vllm(view.vllm)
+        if view.valid:
+            self.router.set_plan(view.route)
 
     def reload_tools(self) -> None:
         """Read the sync daemon's state file again when it changed."""
@@ -306,6 +326,23 @@ class Keeper:
         self._tools_sig = sig
         self.tools = read_tools(path) if sig is not None else ToolsBody(tools={}, note=NO_SYNC_STATE)
         self.tools_generation += 1
+
+    # ---- routing (issue 13)
+
+    async def _routing_loop(self) -> None:
+        """Feed the fallback judge every ``TICK_S``; probe the primary when the router asks (at least every 1 s)."""
+        while True:
+            try:
+                plan = self.router.plan
+                if plan is not None:
+                    state = self.vllm.snapshot().get("state") if self.vllm is not None else None
+                    now = time.monotonic()
+                    if self.router.wants_probe(now, state) and plan.primary in self.prober.health:
+                        self.probe_now(plan.primary)
+                    self.router.tick(now, state, self.prober.health.get(plan.primary, {}))
+            except Exception:  # the judge must not end the loop
+                log.exception("routing look failed")
+            await asyncio.sleep(TICK_S)
 
     # ---- vLLM following
 
@@ -325,6 +362,9 @@ class Keeper:
             self._refuse_vllm(new)
             return
         self.vllm_problem = None
+        self.cluster = await follow_cluster(self.cluster, new, self.vllm, paths.state_dir() / "vllm", self._gpu_total)
+        if not serves_api(new):
+            new = None  # a Ray worker node launches no vLLM: the head's uses it through Ray
         sup = self.vllm
         if new is None:
             if sup is not None:
@@ -341,6 +381,9 @@ class Keeper:
         if sup is None:
             sup = self._vllm_factory(new)
             self.vllm = sup
+            if self.cluster is not None:  # the cluster launches it once the group is whole
+                sup.autostart = False
+                self.cluster.attach(sup)
             self._vllm_task = asyncio.create_task(sup.run(), name="vllm")
             log.info("supervising vLLM for model %s at %s", new.name, new.base_url)
             return

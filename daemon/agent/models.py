@@ -295,6 +295,44 @@ class VllmPending(VllmBody, _Pending):
 # --------------------------------------------------------------------------------------------- status
 
 
+class Routing(Body):
+    """Where tools that use the primary channel are routed (issue 13; ``conduit.daemon.config.routing``)."""
+
+    active: str = Field(description="primary or fallback")
+    since: float | None = Field(description="Unix time of the last switch, seconds; null before any")
+    why: str = Field(description="why, in words")
+
+
+class ClusterNode(Body):
+    """One Ray node of ``[vllm.cluster]`` (``conduit.daemon.vllm.cluster.Node``)."""
+
+    node_id: str
+    address: str
+    head: bool
+    state: str = Field(description="alive or dead")
+    alive: bool
+    cpus: float
+    gpus: float
+    memory_bytes: float = Field(description="Ray's `memory` resource, bytes")
+    labels: dict[str, str] = Field(description="node labels: conduit-vllm / conduit-ray are its versions")
+    death: str = Field(description="why it died, as Ray says; empty while alive")
+
+
+class Cluster(OpenBody):
+    """``[vllm.cluster]`` on this node (``conduit.daemon.agent.cluster.ClusterKeeper.snapshot``)."""
+
+    backend: str
+    role: str = Field(description="head or worker")
+    head_address: str
+    nodes_expected: int
+    state: str = Field(description="head: forming, incomplete, whole or degraded; worker: member")
+    reason: str | None = Field(description="why it is not whole (or what is there when it is)")
+    fix: str | None
+    kind: str | None
+    launches: int = Field(description="vLLM launches the head asked for because the group became whole")
+    nodes: list[ClusterNode]
+
+
 class Status(Body):
     """``GET /v1/status``: everything in one object."""
 
@@ -305,6 +343,8 @@ class Status(Body):
     host: HostSample | HostNote
     vllm: VllmBody
     tools: ToolsBody
+    routing: Routing | None = Field(default=None, description="the fallback decision; null without [fallback]")
+    cluster: Cluster | None = Field(default=None, description="[vllm.cluster]: the nodes; null without it")
 
 
 class OpenApiDocument(Body):
@@ -345,5 +385,5 @@ class VllmError(ErrorBody):
 
 __all__ = ["AgentInfo", "Body", "ChannelAnswer", "ChannelState", "Channels", "ErrorBody", "GpuInfo", "Gpus",
            "Healthz", "Host", "HostNote", "HostSample", "OpenApiDocument", "ProbeAnswer", "ProtocolHealth",
-           "Status", "ToolsBody", "UnknownChannel", "VllmBody", "VllmError", "VllmFailure", "VllmPending",
+           "Routing", "Status", "ToolsBody", "UnknownChannel", "VllmBody", "VllmError", "VllmFailure", "VllmPending",
            "render", "render_dict"]

@@ -42,6 +42,7 @@ import httpx
 
 from conduit.adapters.base import Root
 from conduit.daemon.agent.otherauth import other_style, retry_status, works_as
+from conduit.daemon.catalog.models import remember as remember_models
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
@@ -244,6 +245,8 @@ async def probe_once(client: httpx.AsyncClient, target: ProbeTarget) -> ProbeRes
         return ProbeResult(verdict, None, (time.perf_counter() - t0) * 1000, url, msg, phase=phase, at=time.time())
     latency = (time.perf_counter() - t0) * 1000
     verdict, msg, hint = classify_status(resp.status_code)
+    if verdict is Verdict.OK and target.protocol == "openai":
+        remember_models(target.channel, target.base, resp.content)  # `conduit models`, tools' context settings
     working = None
     if verdict is Verdict.PATH:
         for cand in neighbour_bases(target.base):

@@ -19,7 +19,7 @@ closed, which bounds slow ("one byte a second") clients; the open-files limit is
 Routes (all JSON; every body is a model of ``conduit.daemon.agent.models``, listed in
 ``conduit.daemon.agent.openapi.ROUTES`` and described by ``GET /v1/openapi.json``):
     GET  /v1/healthz                 liveness: {"ok": true, "state": "running", "pid", "uptime_s", "version"}
-    GET  /v1/status                  everything below in one object
+    GET  /v1/status                  everything below in one object, and "routing" (the [fallback] decision)
     GET  /v1/channels                {"channels": {name: ChannelState}, "note": str|None}
     GET  /v1/channels/{name}         one ChannelState (404 with the known names)
     POST /v1/channels/{name}/probe   probe now; waits up to ``?wait=`` seconds (default 5, max 30, 0 = just
@@ -65,10 +65,12 @@ from conduit.daemon.agent.models import (
     AgentInfo,
     ChannelAnswer,
     Channels,
+    Cluster,
     ErrorBody,
     Healthz,
     OpenApiDocument,
     ProbeAnswer,
+    Routing,
     Status,
     UnknownChannel,
     VllmBody,
@@ -278,11 +280,14 @@ class Agent:
                                                    f"at {'.'.join(map(str, first['loc']))}")
 
     def status(self, vllm_source: tuple[str, Any] | None = None) -> Status:
-        """``/v1/status``: ``{"agent", "channels", "note", "gpus", "host", "vllm", "tools"}``."""
+        """``/v1/status``: ``{"agent", "channels", "note", "gpus", "host", "vllm", "tools", "routing"}``."""
         k = self.keeper
         ch = self.channels()
+        routing = k.router.brief()
         return Status(agent=self.agent_info(), channels=ch.channels, note=ch.note, gpus=k.gpus, host=k.host_body,
-                      vllm=self.vllm_body(vllm_source), tools=k.tools)
+                      vllm=self.vllm_body(vllm_source), tools=k.tools,
+                      routing=Routing.model_validate(routing) if routing is not None else None,
+                      cluster=Cluster.model_validate(k.cluster.snapshot()) if k.cluster is not None else None)
 
     def status_bytes(self) -> tuple[bytes, frozenset[str]]:
         """``render(self.status())`` and the secret set it is masked with, from the kept body when no source
@@ -290,7 +295,8 @@ class Agent:
         generation, the channels note, the GPU and tools generations and the vLLM source); ``agent`` (its
         ``uptime_s`` moves) is rendered per request and spliced in front, the same bytes ``render`` writes."""
         k, vsrc = self.keeper, self._vllm_source()
-        key = (k.prober.generation, k.channels_note, k.gpu_generation, k.tools_generation, vsrc)
+        key = (k.prober.generation, k.channels_note, k.gpu_generation, k.tools_generation, vsrc, k.router.generation,
+               k.cluster.generation if k.cluster is not None else None)
 
         def build() -> bytes:
             whole = render(self.status(vsrc))

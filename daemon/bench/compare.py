@@ -347,6 +347,32 @@ async def run_compare(a: BenchConfig, b: BenchConfig, labels: tuple[str, str] = 
     return CompareResult(sides[0], sides[1])
 
 
+async def run_side(cfg: BenchConfig, label: str, gpus: GpuCount | None = None, *,
+                   on_result: OnResult | None = None, on_warning: Callable[[str], None] | None = None,
+                   gpu_util: GpuUtil | None = None) -> tuple[Side, BenchConfig]:
+    """One target's whole sweep, each level sampled as in ``run_compare``: for a comparison whose two sides
+    cannot run in turns (the same server before and after a change; ``CompareResult(side_a, side_b)``).
+
+    Returns:
+        (the side, ``cfg`` with its prompts sized): give that config (with the other endpoint) to the second
+        side's call so that both send the same prompts.
+    Raises:
+        ConduitError: from ``BenchConfig``.
+    """
+    async with open_session(cfg) as session, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4)) as side_session:
+        cfg, warnings = await prepare_prompts(session, cfg)
+        for w in warnings:
+            if on_warning is not None:
+                on_warning(w)
+        count = await _count(side_session, cfg, gpus)
+        done = [await _sampled_level((session, side_session), cfg, n, on_result, gpu_util)
+                for n in range(cfg.level_count)]
+    levels = [lv for lv, _ in done]
+    sweep = SweepResult(cfg.describe(), levels, saturation_of(levels, cfg.min_growth), list(warnings))
+    return Side(label, sweep, [ld for _, ld in done], count), cfg
+
+
 def write_json(path: Path, r: CompareResult) -> None:
     """Write ``r.to_dict()`` as indented JSON. Raises ConduitError naming the file when it cannot be written."""
     try:

@@ -24,12 +24,26 @@ import typer
 
 from conduit.daemon.agent.wait import EXIT_READY, Conditions, wait_until
 from conduit.daemon.cli.app import state
+from conduit.daemon.cli.clusterview import print_cluster
 from conduit.errors import BadArguments
 from conduit.units import format_bytes, parse_duration, parse_size
 
 commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
 # --------------------------------------------------------------------------------------------- table
+
+
+def routing_line(routing: Any) -> str | None:
+    """``routing: fallback since 14:02:11 (why)`` (rich markup) from ``/v1/status``'s ``routing``, or None without
+    one (issue 13: where the tools on the primary channel are routed now)."""
+    from rich.markup import escape as esc
+
+    if not isinstance(routing, dict):
+        return None
+    since = routing.get("since")
+    when = time.strftime(" since %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else ""
+    colour = "yellow" if routing.get("active") == "fallback" else "green"
+    return f"routing: [{colour}]{esc(str(routing.get('active')))}[/]{when} ({esc(str(routing.get('why')))})"
 
 
 def render_status(status: dict[str, Any], file: Any = None) -> None:
@@ -43,6 +57,8 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
     agent = status.get("agent", {})
     console.print(f"[bold]conduit agent[/] {agent.get('state')} (pid {agent.get('pid')}, "
                   f"up {agent.get('uptime_s', 0):.0f} s) on {agent.get('socket')}")
+    if rline := routing_line(status.get("routing")):
+        console.print(rline)
 
     t = Table(title="channels", title_justify="left")
     for col in ("channel", "protocol", "verdict", "last ms", "p50 ms", "p95 ms", "fails", "message"):
@@ -82,6 +98,7 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         console.print(f"host memory: {format_bytes(host['available_bytes'])} available of {format_bytes(host['total_bytes'])}")
     for line in vllm_lines(status.get("vllm") or {}):
         console.print(line, markup=False, soft_wrap=True, highlight=False)
+    print_cluster(console, status.get("cluster"))  # issue 14: [vllm.cluster], every node
     tools = status.get("tools") or {}
     table = tools_table(tools.get("tools") or {})
     if table.row_count:

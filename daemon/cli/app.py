@@ -34,7 +34,18 @@ def load_command(name: str, entry: Entry) -> Command:
     ``name`` (a stale ``COMMANDS`` line: tests/test_cli_start.py loads every one).
     """
     module = importlib.import_module(f"conduit.daemon.cli.{entry.module}")
-    return typer.main.get_group(module.commands).commands[name]
+    return _plain_help(typer.main.get_group(module.commands).commands[name])
+
+
+def _plain_help(cmd: Command) -> Command:
+    """``cmd`` and its subcommands set to click's plain help layout, as the root is (``rich_markup_mode=None``
+    below): a module's ``typer.Typer()`` defaults to rich's, whose import (``typer.rich_utils``: rich's markdown,
+    traceback and pygments) alone costs about x5 of a bare interpreter's start. Returns ``cmd``."""
+    if getattr(cmd, "rich_markup_mode", None) is not None:
+        cmd.rich_markup_mode = None  # type: ignore[attr-defined]
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_help(sub)
+    return cmd
 
 
 class LazyGroup(typer.core.TyperGroup):
@@ -87,6 +98,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: rich's help formatter costs more than all of `conduit --help`
 )
 
 

@@ -8,6 +8,7 @@ Examples::
         --goodput ttft:500,tpot:50 --dataset jsonl:sharegpt.json --save-result out.jsonl
     conduit bench --base-url https://gw.example/api --protocol anthropic --model m --key-env GW_KEY --json out.json
     conduit bench --channel local --compare http://10.0.0.2:8000/v1 --gpus 1,2 --concurrency 1,4,16,64
+    conduit bench --compare-vllm max_num_seqs=4 --concurrency 1,2,4,8   # the supervised vLLM, before/after
 
 Exit codes: 0 when the sweep ran (per-level errors are reported, not fatal), 1 when no request succeeded,
 3 for bad arguments.
@@ -80,6 +81,9 @@ class BenchOptions:
     server_check: bool = True
     compare: str | None = None
     gpus: str | None = None
+    compare_vllm: tuple[str, ...] = ()
+    keep: bool = False
+    ready_timeout: str = "10m"
 
 
 def _check(o: BenchOptions) -> None:
@@ -102,8 +106,9 @@ def _check(o: BenchOptions) -> None:
     if o.request_rate is None and (o.max_concurrency is not None or o.burstiness != 1.0):
         raise typer.BadParameter("--max-concurrency and --burstiness shape open-loop arrivals: give --request-rate "
                                  "too (for a closed loop use --concurrency N)", param_hint="--request-rate")
-    if o.dataset is not None and (o.prompts is not None or o.prompt_tokens is not None):
-        raise typer.BadParameter("give one of --dataset, --prompts and --prompt-tokens", param_hint="--dataset")
+    if o.dataset is not None and (o.prompts is not None or (o.prompt_tokens is not None and o.dataset != "random")):
+        raise typer.BadParameter("give one of --dataset, --prompts and --prompt-tokens (--dataset random takes "
+                                 "--prompt-tokens as its input length)", param_hint="--dataset")
 
 
 def _parsed(parse: Callable[[str], T], text: str, hint: str, example: str) -> T:
@@ -174,6 +179,10 @@ def run_bench(o: BenchOptions) -> int:
 
     Returns: 0, or 1 when no request succeeded. Raises what ``build_config`` and the writers raise.
     """
+    if o.compare_vllm:
+        return _run_compare_vllm(o)
+    if o.keep:
+        raise typer.BadParameter("--keep goes with --compare-vllm", param_hint="--keep")
     if o.compare is not None or o.gpus is not None:
         return run_compare(o)
     cfg = build_config(o)
@@ -201,6 +210,8 @@ def run_bench(o: BenchOptions) -> int:
 
 
 _Opt = typer.Option
+_VLLM_HELP = ("KEY=VALUE (repeatable): bench the supervised vLLM, set this in \\[vllm], wait for the agent to "
+              "relaunch it, bench again, compare, restore.")
 
 
 @commands.command()
@@ -246,6 +257,9 @@ def bench(
                                              "or a base URL with the same key options) and compare.")] = None,
     gpus: Annotated[str | None, _Opt(help="With --compare: GPU counts A,B for the scaling efficiency "
                                           "(default: \\[vllm] of the local channel, /metrics, or 1).")] = None,
+    compare_vllm: Annotated[list[str] | None, _Opt(help=_VLLM_HELP)] = None,
+    keep: Annotated[bool, _Opt(help="With --compare-vllm: keep the change instead of restoring.")] = False,
+    ready_timeout: Annotated[str, _Opt(help="With --compare-vllm: wait this long for ready (90s, 10m).")] = "10m",
 ) -> None:
     """Load-test a channel with streaming requests over levels (concurrency or request rate); find the
     saturation point."""
@@ -256,7 +270,8 @@ def bench(
         timeout=timeout, json_path=json_path, csv_path=csv_path, plot_path=plot_path, request_rate=request_rate,
         burstiness=burstiness, max_concurrency=max_concurrency, goodput=goodput, dataset=dataset,
         percentiles=percentiles, save_result=save_result, seed=seed, server_check=server_check,
-        compare=compare, gpus=gpus))
+        compare=compare, gpus=gpus, compare_vllm=tuple(compare_vllm or ()), keep=keep,
+        ready_timeout=ready_timeout))
     if code:
         raise typer.Exit(code)
 
@@ -369,7 +384,36 @@ def run_compare(o: BenchOptions) -> int:
             a, b, gpus=gpus, gpu_util=util, on_result=lambda _r: progress.update(task, advance=1),
             on_warning=lambda w: progress.console.print(f"[yellow]warning:[/] {w}", highlight=False)))
     result.gpu_util_note = util.note
-    t = Table(title=f"conduit bench --compare: {a.model}")
+    print_compare(result, f"conduit bench --compare: {a.model}", o.json_path, out, err)
+    return 0 if result.a.sweep.total_ok + result.b.sweep.total_ok else 1
+
+
+def _run_compare_vllm(o: BenchOptions) -> int:
+    """``--compare-vllm``: check the options here, run in ``conduit.daemon.cli.bench_vllm``."""
+    from conduit.daemon.cli import bench_vllm
+    from conduit.daemon.config.profile import LOCAL_CHANNEL
+
+    if o.compare is not None or o.base_url is not None:
+        raise typer.BadParameter("--compare-vllm benches the supervised vLLM (the `local` channel): give neither "
+                                 "--compare nor --base-url", param_hint="--compare-vllm")
+    if o.channel not in (None, LOCAL_CHANNEL):
+        raise typer.BadParameter(f"--compare-vllm benches the `{LOCAL_CHANNEL}` channel", param_hint="--channel")
+    for given, name in ((o.csv_path, "--csv"), (o.plot_path, "--plot"), (o.save_result, "--save-result")):
+        if given is not None:
+            raise typer.BadParameter("--compare-vllm writes --json only", param_hint=name)
+    changes = dict(_parsed(bench_vllm.parse_change, text, "--compare-vllm", "max_num_seqs=4")
+                   for text in o.compare_vllm)
+    gpus = _parsed(parse_gpus, o.gpus, "--gpus", "1,2") if o.gpus else None
+    return bench_vllm.run_compare_vllm(bench_vllm.VllmCompare(
+        changes, build=lambda model: build_config(replace(o, channel=LOCAL_CHANNEL, model=model)),
+        show=print_compare, util=_AgentGpus(), model=o.model, gpus=gpus, keep=o.keep, json_path=o.json_path,
+        ready_timeout_s=parse_duration(o.ready_timeout, option="--ready-timeout")))
+
+
+def print_compare(result: compare.CompareResult, title: str, json_path: Path | None, out: Console,
+                  err: Console) -> None:
+    """The side-by-side table, the lines under it, and ``--json`` (``compare.write_json``)."""
+    t = Table(title=title)
     for col in compare.columns(result):
         t.add_column(col, justify="right", no_wrap=True)
     for row in compare.rows(result):
@@ -377,7 +421,6 @@ def run_compare(o: BenchOptions) -> int:
     out.print(t)
     for line in compare.report_lines(result):
         out.print(line, markup=False, highlight=False)
-    if o.json_path is not None:
-        compare.write_json(o.json_path, result)
-        err.print(f"wrote {o.json_path}")
-    return 0 if result.a.sweep.total_ok + result.b.sweep.total_ok else 1
+    if json_path is not None:
+        compare.write_json(json_path, result)
+        err.print(f"wrote {json_path}")

@@ -40,6 +40,8 @@ COMMANDS: dict[str, Entry] = {
                           "per tool."),
     "doctor": Entry("sync", "Per tool: file found, version, in sync or drifted, higher-precedence overrides, "
                             "restart needs."),
+    "models": Entry("models", "List the models a channel serves, with each one's context length where the server "
+                              "says."),
     "use": Entry("sync", "Switch the model (and optionally the channel) in the profile, keeping its comments, "
                          "then sync."),
     "restore": Entry("sync", "Restore a tool's files from conduit's backups (the restore itself is backed up, so "

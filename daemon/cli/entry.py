@@ -12,7 +12,6 @@ CLI refuses it with the reason.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 
@@ -44,7 +43,9 @@ def fast_status(path: str, timeout_s: float = 5.0) -> bytes | None:
     error, a socket that ``conduit.daemon.agent.trust.socket_problem`` refuses) returns None rather than being
     interpreted here.
     """
-    # lazy for start-up speed: only this path needs the agent package (standard library only, ~1 ms)
+    # lazy for start-up speed: only this path needs the agent package (standard library only, ~1 ms) and socket
+    import socket
+
     from conduit.daemon.agent.trust import socket_problem
 
     if socket_problem(path) is not None:

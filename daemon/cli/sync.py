@@ -17,12 +17,15 @@ from rich.markup import escape as esc
 from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env
 from conduit.adapters.registry import ADAPTERS
+from conduit.daemon.catalog.context import refresh_stale
+from conduit.daemon.catalog.models import cache_max_age_s
 from conduit.daemon.cli.app import state
 from conduit.daemon.cli.console import make_console, print_diff
 from conduit.daemon.config import paths
 from conduit.daemon.config.edit import use_model
 from conduit.daemon.config.profile import did_you_mean, load_profile
 from conduit.daemon.config.redaction import REDACTOR, redact_data
+from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.sync.engine import SyncReport, sync
 from conduit.daemon.sync.init import TEMPLATES, init_profile, starter_text
 from conduit.daemon.sync.lock import running_daemon_pid
@@ -77,7 +80,10 @@ def sync_cmd(
 ) -> int:
     """Rewrite every tool's config from the profile (merge, never clobber). Shows a diff per tool."""
     profile = load_profile(state.profile)
-    report = sync(profile, tools=tool or None, dry_run=dry_run, force=force)
+    resolver = Resolver(profile)
+    for line in refresh_stale(resolver, tool or list(profile.model.tools), max_age_s=cache_max_age_s()):
+        err.print(f"[yellow]note[/] {esc(line)}")  # bounded (3 s a channel); the sync goes on without it
+    report = sync(profile, tools=tool or None, dry_run=dry_run, force=force, resolver=resolver)
     if not dry_run:
         _record_without_daemon(report, "conduit sync")
     if as_json:
@@ -149,6 +155,8 @@ def doctor_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
     live: bool = typer.Option(False, "--live", help="Also probe every channel now, read GPU memory and processes, "
                               "the vLLM state and its prefix-cache hit rate. Exit 0 only when all is healthy."),
+    deep: bool = typer.Option(False, "--deep", help="Implies --live. Also send one tiny tool-call request per "
+                              "channel and model the tools use (costs a few tokens on a hosted gateway)."),
 ) -> int:
     """Per tool: file found, version, in sync or drifted, higher-precedence overrides, restart needs."""
     from rich.table import Table  # lazy for start-up speed, like the two below: only this command
@@ -156,10 +164,11 @@ def doctor_cmd(
     from conduit.daemon.sync.doctor import doctor as build_doctor
 
     report = build_doctor(state.profile, Env())
+    live = live or deep
     if live:
         from conduit.daemon.agent.live import live_report
 
-        report["live"] = live_report(state.profile)
+        report["live"] = live_report(state.profile, deep=deep)
         report["ok"] = report["ok"] and report["live"]["ok"]
     report = redact_data(json.loads(json.dumps(report, default=str)))
     if as_json:
@@ -224,6 +233,10 @@ def _print_live(live: dict[str, Any]) -> None:
     pc = live.get("prefix_cache")
     if pc:
         out.print(f"prefix-cache hit rate: {pc['hit_rate']:.0%}" + (f" (low: {pc['hint']})" if pc["low"] else ""))
+    if "tool_calls" in live:
+        from conduit.daemon.cli.toolcalls import print_tool_calls
+
+        print_tool_calls(out, live["tool_calls"])
     for p in live["problems"]:
         out.print(f"[red]problem[/] {esc(p)}", soft_wrap=True)
     out.print("[green]live: healthy[/]" if live["ok"] else "[red]live: not healthy[/]")
@@ -234,8 +247,13 @@ def use_cmd(
     model: str = typer.Argument(..., help="The model every tool should use."),
     channel: str | None = typer.Option(None, "--channel", help="Also switch every tool to this channel."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Only edit the profile."),
+    no_check: bool = typer.Option(False, "--no-check", help="Do not check MODEL against the channel's model list."),
 ) -> int:
     """Switch the model (and optionally the channel) in the profile, keeping its comments, then sync."""
+    if not no_check:
+        from conduit.daemon.cli.models import check_model_name  # lazy: only `use` needs the catalog
+
+        check_model_name(load_profile(state.profile), model, channel)
     profile, warnings = use_model(state.profile, model, channel)
     out.print(f"profile: model = {profile.model.model}" + (f", channel = {channel}" if channel else "")
               + f" ({profile.path})", markup=False)

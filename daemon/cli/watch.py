@@ -119,7 +119,7 @@ def render(view: View, width: int, now: float | None = None) -> RenderableType:
             return Group(*parts)
         parts.append(Text("(the last data it sent follows)", style="dim"))
     status = view.status or {}
-    if "routing" in status:
+    if status.get("routing") is not None:  # null: the profile has no [fallback]
         parts.append(_routing(status["routing"]))
     lay = Layout.for_width(width)
     parts.append(_channels(status, view, lay))
@@ -175,12 +175,17 @@ def _routing(routing: Any) -> Text:
     """``routing: <state>`` from a string, or an object's ``state``/``mode``/``active`` plus its plain values."""
     if isinstance(routing, dict):
         main = next((routing[k] for k in ("state", "mode", "active") if routing.get(k) is not None), "primary")
-        extra = [f"{k} {v}" for k, v in routing.items()
+        extra = [f"{k} {_clock(v) if k == 'since' and isinstance(v, float) else v}" for k, v in routing.items()
                  if k not in ("state", "mode", "active") and isinstance(v, str | int | float | bool)]
         text = f"routing: {main}" + (f" ({', '.join(extra)})" if extra else "")
     else:
         text = f"routing: {routing if routing is not None else 'primary'}"
     return Text(text, style="bold")
+
+
+def _clock(unix_s: float) -> str:
+    """``14:02:11``: a Unix time as the local clock."""
+    return time.strftime("%H:%M:%S", time.localtime(unix_s))
 
 
 def _verdict_style(verdict: Any) -> str:

@@ -7,9 +7,13 @@ write is validated first, so an edit can never leave an invalid profile behind.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import tomlkit
+from tomlkit.items import Item
 
 from conduit.daemon.config.profile import (
     LoadedProfile,
@@ -21,7 +25,7 @@ from conduit.daemon.config.resolve import require_channel
 from conduit.errors import BadArguments, ProfileError
 from conduit.fileio import atomic_write
 
-__all__ = ["save_profile", "use_model"]
+__all__ = ["save_profile", "set_vllm_keys", "use_model"]
 
 
 def save_profile(path: Path, text: str, *, validate: bool = True) -> LoadedProfile | None:
@@ -80,3 +84,45 @@ def use_model(path: str | Path | None, model: str, channel: str | None = None) -
         warnings.append(f"`{model}` is not in channels.{new.model.channel}.models ({', '.join(models)}); "
                         "the gateway may answer 404 for it")
     return new, warnings
+
+
+def set_vllm_keys(path: str | Path | None, changes: Mapping[str, Any]) -> tuple[LoadedProfile, dict[str, Any]]:
+    """Set top-level keys of the profile's ``[vllm]`` table with tomlkit (comments and layout kept), validated
+    and written atomically; a value of None removes the key (vLLM's default again).
+
+    Args:
+        path: the profile file (None: ``CONDUIT_PROFILE`` or the default).
+        changes: ``{key: value}``; a value may be a tomlkit item returned by an earlier call (its comment kept).
+    Returns:
+        (the saved profile, the previous ``{key: tomlkit item or None}``): passing the second back as
+        ``changes`` restores the table as it was.
+    Raises:
+        ProfileError: no profile or no ``[vllm]`` table, or the changed table is invalid (names
+            ``[vllm].<key>``); nothing is written then.
+    """
+    loaded = load_profile(path)
+    doc = tomlkit.parse(loaded.text)
+    table = doc.get("vllm")
+    if not isinstance(table, dict):
+        raise ProfileError(f"{loaded.path}: the profile has no [vllm] table",
+                           "add one for the local vLLM the agent supervises (see the README's [vllm] keys)")
+    previous: dict[str, Any] = {}
+    for key, value in changes.items():
+        previous[key] = copy.deepcopy(table.item(key)) if key in table else None  # type: ignore[attr-defined]
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value if isinstance(value, Item) else _inline(value)
+    new = save_profile(loaded.path, tomlkit.dumps(doc))
+    assert new is not None
+    return new, previous
+
+
+def _inline(value: Any) -> Item:
+    """``value`` as a tomlkit item; a mapping as an inline table, so it stays on its key's line."""
+    if isinstance(value, Mapping):
+        table = tomlkit.inline_table()
+        table.update(value)
+        return table
+    item: Item = tomlkit.item(value)
+    return item

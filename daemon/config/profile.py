@@ -41,7 +41,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tomlkit
 import tomlkit.exceptions
@@ -58,9 +58,11 @@ from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.sources import KeySource, key_source_from
 from conduit.daemon.config.tomlwords import toml_problem
 from conduit.daemon.config.valuewords import missing_hint, plain_message, type_hint
-from conduit.daemon.config.vllm import RestartPolicy, Speculative, VllmSettings
 from conduit.errors import ProfileError
 from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
+
+if TYPE_CHECKING:  # imported where a [vllm] table is read: its pydantic models cost a profile without one ~x0.4
+    from conduit.daemon.config.vllm import VllmSettings
 
 ProtocolName = Literal["openai", "anthropic", "gemini"]
 
@@ -342,6 +344,8 @@ def _load_vllm(loaded: LoadedProfile) -> None:
     table = loaded.model.vllm
     if table is None:
         return
+    from conduit.daemon.config.vllm import VllmSettings
+
     table = dict(table)
     api_key = table.get("api_key")
     if isinstance(api_key, Mapping):
@@ -367,10 +371,18 @@ def _vllm_error(exc: ValidationError, loaded: LoadedProfile) -> ProfileError:
     keys = ("vllm", *loc)
     where = loaded.where(*keys)
     keypath = ".".join(str(k) for k in keys)
+    from conduit.daemon.config.cluster import ClusterSettings
+    from conduit.daemon.config.vllm import RestartPolicy, Speculative, VllmSettings
+
     if err["type"] == "extra_forbidden":
-        nested: dict[str, type[BaseModel]] = {"restart": RestartPolicy, "speculative": Speculative}
+        nested: dict[str, type[BaseModel]] = {"restart": RestartPolicy, "speculative": Speculative,
+                                              "cluster": ClusterSettings}
         model = nested.get(str(loc[0]) if len(loc) > 1 else "", VllmSettings)
         return ProfileError(f"{where}: unknown key `{keypath}`", did_you_mean(str(loc[-1]), model.model_fields))
+    if loc and loc[0] == "cluster":  # [vllm.cluster]: the message names the fix; the README has the table
+        what = " is required" if err["type"] == "missing" else ": " + str(err["msg"]).removeprefix("Value error, ")
+        return ProfileError(f"{where}: `{keypath}`{what}", "see [vllm.cluster] in the README's "
+                            "\"More GPUs, more machines\" (role, head_address, nodes)")
     if err["type"] == "missing":
         return ProfileError(f"{where}: `{keypath}` is required",
                             'a [vllm] table needs at least model = "/path/to/model" (or a hub name)')

@@ -6,21 +6,31 @@ literal ``[vllm].api_key`` when the profile is loaded), which masks what the CLI
 
 The implicit ``local`` channel of a ``[vllm]`` table (``conduit.daemon.config.profile``) resolves like any other; when
 ``[vllm].api_key`` is written as the key itself (not a key source), that value is the channel's key.
+
+Routing (issue 13): while the agent's decision (``conduit.daemon.config.routing``, read once per Resolver unless one
+is passed) says ``fallback`` for this profile, a tool whose channel is the primary, whose ``[tools.X] fallback`` is
+not false and whose protocol the fallback channel speaks is resolved to the ``[fallback]`` channel, model and
+small model (``Resolver.fallback_route``); every other tool is resolved as the profile says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import SecretStr
 
 from conduit.adapters.base import AuthStyle, Root, ToolSettings
 from conduit.adapters.registry import ADAPTERS
+from conduit.daemon.config.fallback import FallbackSettings
 from conduit.daemon.config.profile import LoadedProfile, channel_hint
+from conduit.daemon.config.routing import RoutingDecision, read_routing
 from conduit.daemon.config.sources import read_key
-from conduit.daemon.config.vllm import VllmSettings
 from conduit.errors import BadArguments, KeyError_
+
+if TYPE_CHECKING:  # vllm_settings() imports it: a profile without [vllm] never builds its models
+    from conduit.daemon.config.vllm import VllmSettings
 
 
 @dataclass(frozen=True)
@@ -50,12 +60,37 @@ class Resolver:
     Args:
         profile: the loaded profile.
         environ: environment for ``env`` key sources (default: the process environment).
+        routing: the routing decision to honour; ``"file"`` (default) reads the routing file once, when first
+            needed; None: no decision (every tool on the primary).
     """
 
-    def __init__(self, profile: LoadedProfile, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, profile: LoadedProfile, environ: Mapping[str, str] | None = None,
+                 routing: RoutingDecision | Literal["file"] | None = "file") -> None:
         self.profile = profile
         self.environ = environ
         self._channels: dict[str, ResolvedChannel | KeyError_] = {}
+        self._routing = routing
+
+    @property
+    def routing(self) -> RoutingDecision | None:
+        """The routing decision this Resolver honours (the file is read at the first use, then kept)."""
+        if self._routing == "file":
+            self._routing = read_routing()
+        return self._routing if isinstance(self._routing, RoutingDecision) else None
+
+    def fallback_route(self, tool: str) -> FallbackSettings | None:
+        """The ``[fallback]`` table ``tool`` is routed to now, or None (it uses its own channel): the decision says
+        fallback for this profile, the tool's channel is the primary, its ``fallback`` is not false, and the
+        fallback channel speaks the tool's protocol."""
+        d = self.routing
+        route = d.route_for(self.profile) if d is not None else None
+        cfg = self.profile.model.tools.get(tool)
+        if route is None or cfg is None or not cfg.fallback or self._own_channel(tool) != self.profile.model.channel:
+            return None
+        adapter = ADAPTERS.get(tool)
+        if adapter is None or adapter.protocol not in self.profile.roots.get(route.channel, {}):
+            return None
+        return route
 
     def channel(self, name: str) -> ResolvedChannel:
         """The resolved channel ``name``. Raises KeyError_ when its key source fails (cached per Resolver)."""
@@ -81,10 +116,15 @@ class Resolver:
         return ResolvedChannel(name=name, roots=self.profile.roots[name], key=key, auth=ch.auth,
                                timeout_s=ch.timeout, notices=notices)
 
-    def tool_channel_name(self, tool: str) -> str:
-        """The channel a tool uses: its own ``channel`` override, else the profile's."""
+    def _own_channel(self, tool: str) -> str:
         cfg = self.profile.model.tools.get(tool)
         return (cfg.channel if cfg and cfg.channel else None) or self.profile.model.channel
+
+    def tool_channel_name(self, tool: str) -> str:
+        """The channel a tool uses: the fallback channel while it is routed there (``fallback_route``), else its
+        own ``channel`` override, else the profile's."""
+        route = self.fallback_route(tool)
+        return route.channel if route is not None else self._own_channel(tool)
 
     def tool_settings(self, tool: str) -> ToolSettings:
         """The ``ToolSettings`` for ``tool``.
@@ -100,15 +140,16 @@ class Resolver:
         prof = self.profile.model
         cfg = prof.tools[tool]
         adapter = ADAPTERS[tool]
-        ch = self.channel(self.tool_channel_name(tool))
+        route = self.fallback_route(tool)
+        ch = self.channel(route.channel if route is not None else self._own_channel(tool))
         return ToolSettings(
             tool=tool,
             channel=ch.name,
             root=ch.roots[adapter.protocol],
             key=ch.key,
             auth=ch.auth if adapter.protocol == "anthropic" else "bearer",
-            model=cfg.model or prof.model,
-            small_model=cfg.small_model or prof.small_model,
+            model=route.model if route is not None else cfg.model or prof.model,
+            small_model=route.small_model if route is not None else cfg.small_model or prof.small_model,
             timeout_s=ch.timeout_s,
             options=cfg.options(),
         )

@@ -36,6 +36,7 @@ from pydantic import (
     model_validator,
 )
 
+from conduit.daemon.config.cluster import ClusterSettings
 from conduit.daemon.config.fields import MAX_SECONDS, Bool, Float, Int
 from conduit.daemon.config.redaction import KEY_FLAG_RE, flag_values
 from conduit.errors import ProfileError
@@ -118,6 +119,8 @@ class VllmSettings(BaseModel):
     pipeline_parallel_size: Int | None = Field(default=None, gt=0)
     data_parallel_size: Int | None = Field(default=None, gt=0)
     speculative: Speculative | None = None
+    enable_auto_tool_choice: Bool | None = Field(default=None, description="--enable-auto-tool-choice")
+    tool_call_parser: str | None = Field(default=None, min_length=1, description="--tool-call-parser NAME")
     swap_space: Float | None = Field(default=None, ge=0, description="GiB; removed in vLLM 0.18 (C15)")
     extra_args: list[str] = Field(default_factory=list)
     extra_env: dict[str, str] = Field(default_factory=dict)
@@ -132,6 +135,7 @@ class VllmSettings(BaseModel):
     log_max_bytes: Int = Field(default=50 * 1024 * 1024, gt=0)
     log_backups: Int = Field(default=3, ge=1)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    cluster: ClusterSettings | None = Field(default=None, description="[vllm.cluster]: one vLLM over several nodes")
 
     @field_validator("extra_args")
     @classmethod
@@ -146,6 +150,12 @@ class VllmSettings(BaseModel):
             raise ValueError("set either `python` or `command`, not both")
         if self.command is not None and not self.command:
             raise ValueError("`command` is an empty list")
+        return self
+
+    @model_validator(mode="after")
+    def _auto_tools_need_a_parser(self) -> VllmSettings:
+        if self.enable_auto_tool_choice and not self.tool_call_parser:  # vLLM exits at start-up otherwise
+            raise ValueError("enable_auto_tool_choice = true needs tool_call_parser (e.g. \"hermes\" for Qwen2.5)")
         return self
 
     @property

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Literal
 
 from conduit.adapters.backups import BackupStore
-from conduit.adapters.base import Env, NotFound, Unsupported
-from conduit.adapters.cc_switch import TAKE_CURRENT
+from conduit.adapters.base import TAKE_CURRENT, Env, NotFound, Unsupported
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import Writer, WriteResult
+from conduit.daemon.catalog.context import with_context
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.redaction import REDACTOR
@@ -210,6 +210,7 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *, take:
         return report
     try:
         settings = resolver.tool_settings(name)
+        settings = with_context(settings, resolver.profile)  # [tools.X] context_window, else /models
         if getattr(adapter, "keeps_user_choice", False):
             settings = dataclasses.replace(settings, options={**settings.options, TAKE_CURRENT: take})
         targets = adapter.plan(settings, env)

