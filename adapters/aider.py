@@ -85,8 +85,8 @@ class Aider(AdapterDefaults):
     display_name: ClassVar[str] = "Aider"
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = ("~/.aider.conf.yml: openai-api-base, openai-api-key, model, weak-model",
-                                             "~/.aider.model.metadata.json: openai/<model> (when the context is "
-                                             "known)")
+                                             "~/.aider.model.metadata.json: openai/<model> (removed when the "
+                                             "limits are unknown)")
     restart_hint: ClassVar[str | None] = "restart Aider: it reads its configuration at start-up"
     Options: ClassVar[type[BaseModel]] = AiderOptions
     env_vars: ClassVar[tuple[str, ...]] = tuple(ENV_OVERRIDES.values())
@@ -110,7 +110,8 @@ class Aider(AdapterDefaults):
                     doc[k] = v
 
         targets: list[Target] = [yaml_target(path, transform, secret_keys=SECRETS, label=path.name)]
-        if settings.context_window is not None or settings.max_output_tokens is not None:
+        if (settings.context_window is not None or settings.max_output_tokens is not None
+                or metadata_path(env).exists()):  # limits unknown now: conduit's stale entry is removed
             targets.append(_metadata_target(env, settings))
         return targets
 
@@ -181,17 +182,24 @@ def metadata_path(env: Env) -> Path:
 
 def _metadata_target(env: Env, settings: ToolSettings) -> Target:
     """The ``openai/<model>`` entry of the home metadata file with the known limits (litellm's keys; the
-    output limit is also ``max_tokens``, litellm's older name); other entries and keys are kept."""
-    wanted: dict[str, Any] = {"litellm_provider": "openai", "mode": "chat"}
-    if settings.context_window is not None:
-        wanted["max_input_tokens"] = settings.context_window
-    if settings.max_output_tokens is not None:
-        wanted["max_output_tokens"] = wanted["max_tokens"] = settings.max_output_tokens
+    output limit is also ``max_tokens``, litellm's older name); other entries and keys are kept. The input limit
+    is the context less the output limit when both are known (the context is prompt + output, and Aider checks
+    the prompt against ``max_input_tokens``). A limit unknown now is removed from the entry (a limit of the
+    previous channel must not stay), and an entry left with nothing but conduit's keys is removed."""
+    ctx, out = settings.context_window, settings.max_output_tokens
+    limits: dict[str, int | None] = {"max_input_tokens": ctx if out is None or ctx is None else max(1, ctx - out),
+                                     "max_output_tokens": out, "max_tokens": out}
+    wanted = {"litellm_provider": "openai", "mode": "chat", **{k: v for k, v in limits.items() if v is not None}}
 
     def transform(doc: dict[str, Any]) -> dict[str, Any]:
         key = f"openai/{settings.model}"
-        old = doc.get(key)
-        doc[key] = {**(old if isinstance(old, dict) else {}), **wanted}
+        got = doc.get(key)
+        old = {k: v for k, v in (got if isinstance(got, dict) else {}).items() if k not in limits or k in wanted}
+        new = {**old, **wanted} if len(wanted) > 2 else old
+        if set(new) - {"litellm_provider", "mode"}:
+            doc[key] = new
+        else:
+            doc.pop(key, None)
         return doc
 
     path = metadata_path(env)

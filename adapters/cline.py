@@ -117,6 +117,15 @@ def _limits(settings: ToolSettings) -> dict[str, int]:
             if v is not None}
 
 
+def _merged_limits(old: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """``old`` updated with ``wanted``, less ``contextWindow`` / ``maxTokens`` where ``wanted`` has none (the
+    limit is unknown now: one of the previous model or channel must not stay)."""
+    return {**{k: v for k, v in old.items() if k not in _LIMIT_KEYS or k in wanted}, **wanted}
+
+
+_LIMIT_KEYS = ("contextWindow", "maxTokens")
+
+
 class Cline(AdapterDefaults):
     """Adapter for Cline's OpenAI-compatible provider (generations B and C)."""
 
@@ -126,10 +135,10 @@ class Cline(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "globalState.json: planModeApiProvider, actModeApiProvider, openAiBaseUrl, planModeOpenAiModelId, "
-        "actModeOpenAiModelId", "{plan,act}ModeOpenAiModelInfo.{contextWindow,maxTokens} (when known)",
+        "actModeOpenAiModelId", "{plan,act}ModeOpenAiModelInfo.{contextWindow,maxTokens} (removed when unknown)",
         "secrets.json: openAiApiKey",
         "settings/providers.json: lastUsedProvider, providers.openai-compatible.settings.{provider,apiKey,model,"
-        "baseUrl}, and .{contextWindow,maxTokens} (when known)",
+        "baseUrl}, and .{contextWindow,maxTokens} (removed when unknown)",
     )
     discover_rank: ClassVar[int] = 1  # conduit init reads Claude Code, Cline, then CC Switch
     restart_hint: ClassVar[str | None] = ("reload Cline (VS Code: Developer: Reload Window; CLI: start a new session): "
@@ -170,9 +179,13 @@ class Cline(AdapterDefaults):
 
         def state(doc: dict[str, Any]) -> dict[str, Any]:
             doc.update(owned_state)
-            for k in ("planModeOpenAiModelInfo", "actModeOpenAiModelInfo") if limits else ():
+            for k in ("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"):
                 old = doc.get(k)
-                doc[k] = {**(old if isinstance(old, dict) else {}), **limits}
+                new = _merged_limits(old if isinstance(old, dict) else {}, limits)
+                if new:
+                    doc[k] = new
+                elif isinstance(old, dict):  # only conduit's limits were in it: Cline's defaults apply again
+                    del doc[k]
             return doc
 
         def secrets(doc: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +214,7 @@ class Cline(AdapterDefaults):
             providers = as_object(doc.get("providers"), where=where)
             entry = dict(as_object(providers.get(PROVIDER_ID), where=f"{where}.{PROVIDER_ID}"))
             old = as_object(entry.get("settings"), where=f"{where}.{PROVIDER_ID}.settings")
-            new = {**old, **wanted}
+            new = _merged_limits(old, wanted)
             # Cline's own key order for a new entry: settings, updatedAt, tokenSource.
             entry = {"settings": new, **{k: v for k, v in entry.items() if k != "settings"}}
             if new != old or "updatedAt" not in entry:

@@ -112,7 +112,7 @@ class Codex(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "config.toml: model, model_provider, model_providers.conduit.{name,base_url,wire_api,env_key,"
-        "experimental_bearer_token}, model_context_window (when known)",
+        "experimental_bearer_token}, model_context_window (removed when unknown)",
         f".env: {KEY_VAR}",
     )
     restart_hint: ClassVar[str | None] = "start a new Codex session: it reads config.toml and .env only at start-up"
@@ -143,6 +143,8 @@ class Codex(AdapterDefaults):
             _set_root(doc, "model_provider", PROVIDER_ID)
             if settings.context_window is not None:
                 _set_root(doc, "model_context_window", settings.context_window)
+            elif "model_context_window" in doc:  # unknown now (another model or channel): no stale limit
+                del doc["model_context_window"]
             providers = doc.get("model_providers")
             if providers is None:
                 providers = tomlkit.table(is_super_table=True)

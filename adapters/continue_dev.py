@@ -68,7 +68,7 @@ class Continue(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = ("config.yaml: models[name=conduit].{provider,model,apiBase,apiKey}, "
                                              "models[name=conduit].defaultCompletionOptions.{contextLength,maxTokens} "
-                                             "(when known)",)
+                                             "(removed when unknown)",)
     restart_hint: ClassVar[str | None] = None  # Continue reloads config.yaml when it changes
     Options: ClassVar[type[BaseModel]] = ContinueOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CONTINUE_GLOBAL_DIR",)
@@ -135,13 +135,19 @@ class Continue(AdapterDefaults):
 
 
 def _set_limits(entry: Any, settings: ToolSettings) -> None:
-    """``defaultCompletionOptions.contextLength`` / ``maxTokens`` from ``settings`` where known; the person's other
-    completion options are kept, and nothing is touched when neither is known."""
-    wanted = {k: v for k, v in (("contextLength", settings.context_window), ("maxTokens", settings.max_output_tokens))
-              if v is not None}
+    """``defaultCompletionOptions.contextLength`` / ``maxTokens`` from ``settings`` where known, removed where
+    unknown (a limit of the previous model or channel must not stay); the person's other completion options are
+    kept, and an options map left empty by that removal goes too."""
+    limits = (("contextLength", settings.context_window), ("maxTokens", settings.max_output_tokens))
+    wanted = {k: v for k, v in limits if v is not None}
+    opts = entry.get("defaultCompletionOptions")
+    if isinstance(opts, dict):
+        for k in (k for k, v in limits if v is None and k in opts):
+            del opts[k]
+        if not opts and not wanted:
+            del entry["defaultCompletionOptions"]
     if not wanted:
         return
-    opts = entry.get("defaultCompletionOptions")
     if not isinstance(opts, dict):
         from ruamel.yaml.comments import CommentedMap  # lazy, as in transform()
 

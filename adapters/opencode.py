@@ -86,7 +86,7 @@ class OpenCode(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "opencode.json[c]: provider.conduit (npm, name, options.baseURL, options.apiKey, models), model, "
-        "small_model (when the profile sets one), provider.conduit.models.<model>.limit (when the context is known)",
+        "small_model (when the profile sets one), provider.conduit.models.<model>.limit (removed when unknown)",
         "<conduit config>/tool-keys/<channel>.key (key_source = file)",
     )
     restart_hint: ClassVar[str | None] = "restart OpenCode: it reads its config at start-up"
@@ -210,15 +210,18 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
 
 
 def _with_limit(entry: Any, settings: ToolSettings) -> Any:
-    """The model entry with ``limit`` from ``settings`` (context window, output limit) when either is known; a
-    part conduit does not know keeps what the person wrote, else 0 (OpenCode's "unknown"). Other keys kept."""
-    if (settings.context_window is None and settings.max_output_tokens is None) or not isinstance(entry, dict):
+    """The model entry with ``limit`` from ``settings`` (context window, output limit) when either is known, an
+    unknown part 0 (OpenCode's "unknown"); with neither known, ``limit`` is removed (a limit of the previous
+    model or channel must not stay; OpenCode's schema requires both ``context`` and ``output`` in it, so it goes
+    whole). Other keys kept."""
+    if not isinstance(entry, dict):
         return entry
     got = entry.get("limit")
     old: dict[str, Any] = got if isinstance(got, dict) else {}
-    ctx = settings.context_window if settings.context_window is not None else old.get("context", 0)
-    output = settings.max_output_tokens if settings.max_output_tokens is not None else old.get("output", 0)
-    return {**entry, "limit": {**old, "context": ctx, "output": output}}
+    if settings.context_window is None and settings.max_output_tokens is None:
+        return {k: v for k, v in entry.items() if k != "limit"}
+    return {**entry, "limit": {**old, "context": settings.context_window or 0,
+                               "output": settings.max_output_tokens or 0}}
 
 
 __all__ = ["OpenCode", "OpenCodeOptions", "config_dir", "config_file", "key_file"]

@@ -98,6 +98,52 @@ def test_fetch_is_bounded_when_the_server_never_answers(temp_home: Path) -> None
             catalog.fetch(resolve_channel(_profile(temp_home, url), "gw"), timeout_s=0.5)
 
 
+def test_fetch_is_bounded_as_a_whole_when_the_body_drips(temp_home: Path) -> None:
+    import threading
+
+    stop = threading.Event()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+
+        def drip() -> None:  # headers at once, then one byte every 0.2 s of a 100 kB body (~5.5 hours)
+            conn, _ = listener.accept()
+            with conn:
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n")
+                while not stop.wait(0.2):
+                    try:
+                        conn.sendall(b" ")
+                    except OSError:
+                        return
+
+        server = threading.Thread(target=drip, daemon=True)
+        server.start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        try:
+            with pytest.raises(CatalogError, match="no answer within 1 s"):
+                catalog.fetch(resolve_channel(_profile(temp_home, url), "gw"), timeout_s=1.0)
+        finally:
+            stop.set()
+            server.join(10)
+
+
+def test_fetch_is_bounded_when_name_resolution_hangs(temp_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    release = threading.Event()
+
+    def stuck(*_args: object, **_kw: object) -> list[object]:  # getaddrinfo takes no timeout of its own
+        release.wait(30)
+        raise OSError("released")
+
+    monkeypatch.setattr(socket, "getaddrinfo", stuck)
+    try:
+        with pytest.raises(CatalogError, match="no answer within 0.5 s"):
+            catalog.fetch(resolve_channel(_profile(temp_home, "http://slow-dns.invalid"), "gw"), timeout_s=0.5)
+    finally:
+        release.set()
+
+
 def test_damaged_or_huge_cache_is_no_cache(temp_home: Path) -> None:
     path = catalog.cache_path("gw")
     path.parent.mkdir(parents=True)
@@ -116,12 +162,13 @@ def _settings(model: str = "qwen-coder-7b", tool: str = "opencode") -> ToolSetti
 def test_with_context_profile_wins_else_the_cache(temp_home: Path, vllm_server: ModelServer) -> None:
     extra = "[tools.opencode]\ncontext_window = 1000\n[tools.codex]\n"
     profile = _profile(temp_home, vllm_server.url, extra=extra)
-    assert with_context(_settings(), profile) == dataclasses.replace(_settings(), context_window=1000)
+    assert with_context(_settings(), profile) == dataclasses.replace(_settings(), context_window=1000,
+                                                                     max_output_tokens=250)  # derived: 1000 // 4
     assert with_context(_settings(tool="codex"), profile).context_window is None  # nothing cached yet
     catalog.refresh(resolve_channel(profile, "gw"))
     assert with_context(_settings(), profile).context_window == 1000  # the profile's value wins
     got = with_context(_settings(tool="codex"), profile)
-    assert (got.context_window, got.max_output_tokens) == (4096, None)
+    assert (got.context_window, got.max_output_tokens) == (4096, 1024)  # vLLM gives no output limit: derived
     assert with_context(_settings("other-model", tool="codex"), profile).context_window is None
 
 
@@ -135,6 +182,22 @@ def test_with_context_output_from_the_profile_and_the_gateway(temp_home: Path) -
         assert (cline.context_window, cline.max_output_tokens) == (200000, 500)
         aider = with_context(_settings("anthropic/claude-sonnet-4", "aider"), profile)
         assert (aider.context_window, aider.max_output_tokens) == (200000, 64000)
+    finally:
+        srv.close()
+
+
+def test_derived_output_is_a_quarter_capped_and_the_profile_still_wins(temp_home: Path) -> None:
+    from conduit.daemon.catalog.context import DERIVED_OUTPUT_CAP, derived_output
+
+    assert (derived_output(4096), derived_output(3), derived_output(1_000_000)) == (1024, 1, DERIVED_OUTPUT_CAP)
+    srv = ModelServer({"data": [{"id": "big", "max_model_len": 1_000_000}]})
+    try:
+        profile = _profile(temp_home, srv.url, model="big", extra="[tools.cline]\nmax_output_tokens = 900\n")
+        catalog.refresh(resolve_channel(profile, "gw"))
+        got = with_context(_settings("big", "cline"), profile)
+        assert (got.context_window, got.max_output_tokens) == (1_000_000, 900)
+        got = with_context(_settings("big", "opencode"), profile)
+        assert (got.context_window, got.max_output_tokens) == (1_000_000, DERIVED_OUTPUT_CAP)
     finally:
         srv.close()
 
@@ -159,6 +222,43 @@ def test_prober_answer_fills_the_cache(temp_home: Path) -> None:
     got = catalog.remember("gw", "http://h/v1", json.dumps(VLLM_BODY).encode())
     assert isinstance(got, Catalog) and catalog.read_cache("gw", "http://h/v1") == got
     assert catalog.remember("gw", "http://h/v1", b"<html>") is None
+
+
+def test_an_unchanged_answer_does_not_rewrite_the_cache_until_it_ages(temp_home: Path) -> None:
+    body = json.dumps(VLLM_BODY).encode()
+    first = catalog.remember("gw", "http://h/v1", body)
+    inode = catalog.cache_path("gw").stat().st_ino  # the write is atomic (a new file): a rewrite changes it
+    assert catalog.remember("gw", "http://h/v1", body) == first
+    assert catalog.cache_path("gw").stat().st_ino == inode
+    aged = dataclasses.replace(first, fetched_at=first.fetched_at - catalog.REMEMBER_REFRESH_S - 1)
+    catalog.write_cache(aged)
+    inode = catalog.cache_path("gw").stat().st_ino
+    again = catalog.remember("gw", "http://h/v1", body)
+    assert again is not None and again.fetched_at > aged.fetched_at and catalog.cache_path("gw").stat().st_ino != inode
+    changed = catalog.remember("gw", "http://h/v1", json.dumps({"data": [{"id": "other"}]}).encode())
+    assert changed is not None and catalog.read_cache("gw", "http://h/v1") == changed
+
+
+def test_the_prober_caches_off_its_event_loop(temp_home: Path, vllm_server: ModelServer,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
+
+    import httpx
+
+    from conduit.daemon.agent import prober
+
+    seen: list[int] = []
+    monkeypatch.setattr(prober, "remember_models", lambda *a: seen.append(threading.get_ident()))
+
+    async def probe() -> int:
+        async with httpx.AsyncClient() as client:
+            target = prober.ProbeTarget(channel="gw", protocol="openai", root=Root(vllm_server.url), key=KEY)
+            await prober.probe_once(client, target)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(probe())
+    assert len(seen) == 1 and seen[0] != loop_thread
 
 
 def test_an_ok_probe_of_the_agent_refreshes_the_cache(temp_home: Path, vllm_server: ModelServer) -> None:

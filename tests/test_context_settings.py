@@ -1,5 +1,6 @@
-"""Each tool's context-window / output-limit keys: written only when known (profile or the channel's cached
-``/models``), the person's other keys kept, the profile's value winning, and a second sync writes nothing."""
+"""Each tool's context-window / output-limit keys: written when known (profile or the channel's cached
+``/models``; an output limit derived from the context when only that is known), removed when unknown, the
+person's other keys kept, the profile's value winning, and a second sync writes nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from modelserver import VLLM_BODY, ModelServer
 from ruamel.yaml import YAML
 from toolfiles import cline_gen_b, cline_gen_c, run_sync, write_profile
 
-from conduit.daemon.catalog.models import refresh
+from conduit.daemon.catalog.models import cache_path, refresh
 from conduit.daemon.config.profile import load_profile
 from conduit.daemon.config.resolve import resolve_channel
 
@@ -70,7 +71,7 @@ def test_nothing_written_when_nothing_is_known(temp_home: Path, server: ModelSer
     assert run_sync(temp_home).ok
     got = _read(temp_home)
     assert "model_context_window" not in got["codex"]
-    assert got["opencode"]["limit"] == {"context": 1, "output": 77, "input": 5}
+    assert got["opencode"] == {"name": "Mine", "tool_call": True}  # conduit's entry: an unknown limit goes
     assert got["continue"] == {"temperature": 0.2}
     assert got["aider"][f"openai/{MODEL}"] == {"input_cost_per_token": 0}
     assert "actModeOpenAiModelInfo" not in got["cline_b"]
@@ -86,16 +87,18 @@ def test_cached_server_figure_reaches_every_tool_and_keeps_the_rest(temp_home: P
     got = _read(temp_home)
     assert got["codex"]["model_context_window"] == 4096
     assert got["codex"]["model_reasoning_effort"] == "high" and "docs" in got["codex"]["mcp_servers"]
-    assert got["opencode"] == {"name": "Mine", "tool_call": True, "limit": {"context": 4096, "output": 77, "input": 5}}
+    # vLLM lists max_model_len only: the output limit is derived (4096 // 4) and Aider's input is the rest
+    assert got["opencode"] == {"name": "Mine", "tool_call": True, "limit": {"context": 4096, "output": 1024, "input": 5}}
     assert got["oc"]["theme"] == "dark"
-    assert got["continue"] == {"temperature": 0.2, "contextLength": 4096}
+    assert got["continue"] == {"temperature": 0.2, "contextLength": 4096, "maxTokens": 1024}
     assert "# mine" in (temp_home / ".continue" / "config.yaml").read_text()
     assert got["aider"] == {"openai/other": {"max_input_tokens": 9}, f"openai/{MODEL}": {
-        "input_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat", "max_input_tokens": 4096}}
+        "input_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat", "max_input_tokens": 3072,
+        "max_output_tokens": 1024, "max_tokens": 1024}}
     for mode in ("plan", "act"):
-        assert got["cline_b"][f"{mode}ModeOpenAiModelInfo"] == {"contextWindow": 4096}
+        assert got["cline_b"][f"{mode}ModeOpenAiModelInfo"] == {"contextWindow": 4096, "maxTokens": 1024}
     assert got["cline_b"]["mcpMarketplaceEnabled"] is True
-    assert got["cline_c"]["contextWindow"] == 4096 and "maxTokens" not in got["cline_c"]
+    assert (got["cline_c"]["contextWindow"], got["cline_c"]["maxTokens"]) == (4096, 1024)
     assert not run_sync(temp_home).changed  # a second sync writes nothing
 
 
@@ -109,10 +112,33 @@ def test_profile_values_win_over_the_server(temp_home: Path, server: ModelServer
     assert got["opencode"]["limit"] == {"context": 3000, "output": 512, "input": 5}
     assert got["continue"] == {"temperature": 0.2, "contextLength": 3000, "maxTokens": 512}
     assert got["aider"][f"openai/{MODEL}"] == {"input_cost_per_token": 0, "litellm_provider": "openai",
-                                               "mode": "chat", "max_input_tokens": 3000,
+                                               "mode": "chat", "max_input_tokens": 3000 - 512,
                                                "max_output_tokens": 512, "max_tokens": 512}
     assert got["cline_b"]["actModeOpenAiModelInfo"] == {"contextWindow": 3000, "maxTokens": 512}
     assert (got["cline_c"]["contextWindow"], got["cline_c"]["maxTokens"]) == (3000, 512)
+    assert not run_sync(temp_home).changed
+
+
+def test_limits_removed_when_no_longer_known(temp_home: Path, server: ModelServer) -> None:
+    """A limit from before (another channel or model, a fallback switch) does not stay once the new one's
+    ``/models`` says nothing: each tool's conduit-owned limit keys go, the person's keys stay."""
+    _user_files(temp_home)
+    _profile(temp_home, server.url)
+    refresh(resolve_channel(load_profile(temp_home / ".config" / "conduit" / "profile.toml"), "gw"))
+    assert run_sync(temp_home).ok
+    cache_path("gw").unlink()  # the channel now lists no context for the model
+    report = run_sync(temp_home)
+    assert report.ok and report.changed
+    got = _read(temp_home)
+    assert "model_context_window" not in got["codex"] and got["codex"]["model_reasoning_effort"] == "high"
+    assert got["opencode"] == {"name": "Mine", "tool_call": True}
+    assert got["continue"] == {"temperature": 0.2}
+    assert got["aider"][f"openai/{MODEL}"] == {"input_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat"}
+    assert got["aider"]["openai/other"] == {"max_input_tokens": 9}
+    for mode in ("plan", "act"):
+        assert f"{mode}ModeOpenAiModelInfo" not in got["cline_b"]
+    assert "contextWindow" not in got["cline_c"] and "maxTokens" not in got["cline_c"]
+    assert got["cline_c"]["model"] == MODEL
     assert not run_sync(temp_home).changed
 
 

@@ -4,6 +4,7 @@ hysteresis state machine fed with synthetic monotonic times; the Router writing 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,11 +34,21 @@ BAD, GOOD, UNKNOWN = Evidence(False, "down"), Evidence(True, "up"), Evidence(Non
     (REMOTE, None, {"openai": "ok"}, True),
     (REMOTE, None, {"openai": "server_error"}, False),
     (REMOTE, None, {"openai": "ok", "anthropic": "pending"}, None),
+    (REMOTE, None, {"openai": "rate_limited"}, None),  # a 429 says nothing about the channel being down
+    (REMOTE, None, {"openai": "rate_limited", "anthropic": "ok"}, None),
+    (REMOTE, None, {"openai": "rate_limited", "anthropic": "refused"}, False),
+    (LOCAL, "starting", {"openai": "refused"}, False),  # starting again after it was ready
 ])
 def test_assess(plan: RoutePlan, state: str | None, verdicts: dict[str, str], healthy: bool | None) -> None:
     ev = assess(plan, state, verdicts)
     assert ev.healthy is healthy, ev
     assert ev.why
+
+
+@pytest.mark.parametrize(("state", "healthy"), [("starting", None), ("failed", False), ("stopped", False)])
+def test_first_start_is_no_evidence(state: str, healthy: bool | None) -> None:
+    """Before vLLM was first ready only ``starting`` is spared (a loading model refuses probes)."""
+    assert assess(LOCAL, state, {"openai": "refused"}, first_start=True).healthy is healthy
 
 
 def test_switches_only_after_after_s_continuously() -> None:
@@ -102,10 +113,43 @@ def test_router_resumes_the_decision_in_the_file(temp_home: Path) -> None:
     assert other.judge is not None and other.judge.active == "primary"
 
 
+def test_router_boot_slow_load_never_switches(temp_home: Path) -> None:
+    """A slowly loading model at the agent's first start: no switch, no file; a later restart does count."""
+    r = Router()
+    r.set_plan(LOCAL)
+    assert all(r.tick(t * 0.5, "starting", _health("refused")) is None for t in range(100))
+    assert not routing_path().exists() and r.judge is not None and r.judge.active == "primary"
+    assert r.tick(50.0, "ready", _health("ok")) is None
+    switched = [t for t in range(0, 40) if r.tick(51.0 + t * 0.1, "starting", _health("refused")) is not None]
+    assert switched == [30]
+
+
+def test_router_write_failure_is_retried_and_status_waits(temp_home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A write that fails leaves /v1/status on the decision the file holds, is logged once, lands later."""
+    caplog.set_level(logging.ERROR, logger="conduit.agent")
+    r = Router()
+    r.set_plan(LOCAL)
+    path = routing_path()
+    path.mkdir(parents=True)  # the rename onto routing.json fails, even for root
+    gen = r.generation
+    assert all(r.tick(t * 0.1, "failed", _health("refused")) is None for t in range(0, 60))
+    assert r.judge is not None and r.judge.active == "fallback" and r.unwritten is not None
+    assert r.brief() == {"active": "primary", "since": None, "why": "no switch yet"} and r.generation == gen
+    assert len([rec for rec in caplog.records if "cannot write the routing decision" in rec.getMessage()]) == 1
+    path.rmdir()
+    d = r.tick(6.1, "failed", _health("refused"))
+    assert d is not None and d.active == "fallback" and r.unwritten is None
+    assert json.loads(path.read_text())["active"] == "fallback"
+    assert r.brief() is not None and r.brief()["active"] == "fallback" and r.generation == gen + 1  # type: ignore[index]
+    assert r.tick(6.2, "failed", _health("refused")) is None  # written once
+
+
 def test_router_probe_cadence() -> None:
     r = Router()
     assert not r.wants_probe(0.0)  # no plan: nothing to probe
     r.set_plan(REMOTE)
+    assert not any(r.wants_probe(10.0 + t) for t in range(5))  # hosted: the prober's own interval
+    r.set_plan(LOCAL)
     assert r.wants_probe(10.0)
     assert not r.wants_probe(10.5)
     assert r.wants_probe(11.0)

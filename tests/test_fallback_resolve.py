@@ -6,6 +6,7 @@ temporary HOME, the real sync engine."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -23,7 +24,9 @@ from conduit.daemon.config.routing import (
     routing_path,
     write_routing,
 )
+from conduit.daemon.sync.doctor import doctor
 from conduit.daemon.sync.engine import sync
+from conduit.daemon.sync.loop import DaemonOptions, SyncDaemon
 
 PROFILE = """version = 1
 channel = "local"
@@ -176,3 +179,42 @@ def test_sync_renders_the_fallback_and_back(profile_file: Path, temp_home: Path)
     os.unlink(routing_path())
     sync(load_profile(profile_file), env=Env())
     assert settings.read_text() == before
+
+
+@pytest.mark.parametrize("writer_via_link", [True, False])
+def test_symlinked_profile_path_agrees(profile_file: Path, temp_home: Path, writer_via_link: bool) -> None:
+    """An agent and a daemon that reach the profile by different paths (a symlink, CONDUIT_PROFILE at the
+    target) agree on the decision: both sides tie it to the real path."""
+    link = temp_home / "dotfiles-profile.toml"
+    link.symlink_to(profile_file)
+    writer, reader = (link, profile_file) if writer_via_link else (profile_file, link)
+    fallback_now(profile_file, profile=profile_key(str(writer)))
+    assert Resolver(load_profile(reader)).tool_settings("claude_code").channel == "hosted"
+
+
+@pytest.mark.parametrize(("bad", "says"), [(b"{not json", "not a routing decision"), (b"x" * 70000, "routing file")])
+def test_daemon_logs_an_unreadable_routing_file_once(profile_file: Path, caplog: pytest.LogCaptureFixture,
+                                                     bad: bytes, says: str) -> None:
+    caplog.set_level(logging.WARNING, logger="conduit.daemon")
+    daemon = SyncDaemon(DaemonOptions(profile=str(profile_file)))
+    daemon._reload_and_sync(trigger="start", force=True)
+    fallback_now(profile_file)
+    daemon._handle({routing_path()})
+    routing_path().write_bytes(bad)
+    for _ in range(3):  # the same problem, seen again: logged once
+        daemon._handle({routing_path()})
+    routing_path().write_bytes(b"[]")  # another problem: logged once more
+    daemon._handle({routing_path()})
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("routing: ")
+             and "last good decision" in r.getMessage()]
+    assert len(lines) == 2 and says in lines[0] and "not a routing decision" in lines[1], lines
+    assert str(routing_path()) in lines[0]
+
+
+def test_doctor_warns_about_an_unreadable_routing_file(profile_file: Path) -> None:
+    routing_path().parent.mkdir(parents=True, exist_ok=True)
+    routing_path().write_bytes(b"{not json")
+    warnings = [w for w in doctor(profile_file)["warnings"] if w.startswith("routing: ")]
+    assert len(warnings) == 1 and "not a routing decision" in warnings[0], warnings
+    os.unlink(routing_path())
+    assert not [w for w in doctor(profile_file)["warnings"] if w.startswith("routing: ")]

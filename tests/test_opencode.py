@@ -35,15 +35,18 @@ def test_fixture_survives_only_owned_keys_change(temp_home: Path) -> None:
 
 
 def test_user_model_settings_in_conduit_provider_kept(temp_home: Path) -> None:
+    """The person's keys in conduit's model entry stay; ``limit`` is conduit's (removed while the context is
+    unknown, so a stale one never outlives a channel change: ``[tools.opencode] context_window`` sets one)."""
     path = toolsamples.opencode(temp_home)
     write_profile(temp_home, tools=("opencode",))
     run_sync(temp_home)
     doc = parse_jsonc(path.read_text(), path=path)
     doc["provider"]["conduit"]["models"]["claude-sonnet-4-20250514"]["limit"] = {"context": 200000}
+    doc["provider"]["conduit"]["models"]["claude-sonnet-4-20250514"]["tool_call"] = True
     path.write_text(json.dumps(doc, indent=2) + "\n")
     lifecycle(temp_home)
     model = parse_jsonc(path.read_text(), path=path)["provider"]["conduit"]["models"]["claude-sonnet-4-20250514"]
-    assert model == {"name": "claude-sonnet-4-20250514", "limit": {"context": 200000}}
+    assert model == {"name": "claude-sonnet-4-20250514", "tool_call": True}
 
 
 def test_env_key_source(temp_home: Path) -> None:

@@ -88,6 +88,7 @@ class ClusterKeeper:
         self._pending: str | None = None
         self._last: object = None
         self._task: asyncio.Task[None] | None = None
+        self._act_task: asyncio.Task[None] | None = None
 
     @property
     def head(self) -> bool:
@@ -103,8 +104,19 @@ class ClusterKeeper:
         """Hand the head's vLLM supervisor over; an action decided before it existed is applied now."""
         self.supervisor = supervisor
         if self._pending is not None:
+            self._dispatch(self._pending)
+
+    def _dispatch(self, action: str) -> None:
+        """Hand ``action`` to the supervisor in a task kept in ``_act_task`` (one at a time; the newest action
+        waits in ``_pending`` and is taken when the running one ends), so the readings go on meanwhile."""
+        self._pending = action
+        if self._act_task is None or self._act_task.done():
+            self._act_task = asyncio.create_task(self._drain(), name="cluster-act")
+
+    async def _drain(self) -> None:
+        while self._pending is not None and self.supervisor is not None:
             action, self._pending = self._pending, None
-            asyncio.get_running_loop().create_task(self._act(action))
+            await self._act(action)
 
     async def _run(self) -> None:
         python = self.settings.interpreter()
@@ -141,7 +153,7 @@ class ClusterKeeper:
         self.gate.verdict = verdict  # a worker reports what it sees of the group, without acting on it
         if action is not None:
             log.info("cluster %s: %s -> vLLM %s", self.gate.state, verdict.reason, action)
-            await self._act(action)
+            self._dispatch(action)
         seen = (self.gate.state, verdict, [n.to_dict() for n in self.nodes], self.ray.snapshot() if self.ray else None)
         if seen != self._last:
             self._last = seen
@@ -162,10 +174,11 @@ class ClusterKeeper:
 
     async def aclose(self) -> list[str]:
         """Stop the readings, the head's vLLM, and the Ray process; returns what could not be killed."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._act_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.supervisor is not None and self.head:
             with contextlib.suppress(ConduitError):
                 await self.supervisor.stop()
@@ -194,10 +207,13 @@ async def follow_cluster(current: ClusterKeeper | None, new: VllmSettings | None
                          state_dir: Path, gpu_total_bytes: Any = None) -> ClusterKeeper | None:
     """Make the agent's cluster keeper match ``new.cluster`` (``backend = "ray"``): keep it when the table is
     unchanged, replace it (stopping the old Ray process) when it changed, close it when the table is gone or
-    names ``mp`` (vLLM's own launcher needs no Ray). Hands ``supervisor`` (the head's, or None) to the keeper."""
+    names ``mp`` (vLLM's own launcher needs no Ray). A kept keeper takes the rest of ``new`` (model, TP/PP: the
+    next preflight checks those); a changed ``[vllm].python`` or ``extra_env`` (what Ray runs from) replaces it too.
+    Hands ``supervisor`` (the head's, or None) to the keeper."""
     want = new.cluster if new is not None and new.cluster is not None and new.cluster.backend == "ray" else None
-    if current is not None and (want is None or current.c != want):
-        log.info("[vllm.cluster] changed: stopping this node's Ray process")
+    if current is not None and (want is None or new is None or current.c != want
+                                or _ray_runtime(current.settings) != _ray_runtime(new)):
+        log.info("[vllm.cluster] or the Python Ray runs from changed: stopping this node's Ray process")
         left = await current.aclose()
         if left:
             log.warning("Ray processes left after stop: %s", "; ".join(left))
@@ -208,13 +224,22 @@ async def follow_cluster(current: ClusterKeeper | None, new: VllmSettings | None
         current = ClusterKeeper(new, state_dir, gpu_total_bytes)
         current.start()
         log.info("cluster: %s of %s nodes, head %s", want.role, want.nodes, want.head_address)
+    else:
+        current.settings = new
     if supervisor is not None and current.supervisor is None and current.head:
         current.attach(supervisor)
     return current
 
 
+def _ray_runtime(s: VllmSettings) -> tuple[str, dict[str, str]]:
+    """What this node's Ray process runs from: ``[vllm].python`` and ``[vllm].extra_env``."""
+    return s.interpreter(), dict(s.extra_env)
+
+
 def serves_api(new: VllmSettings | None) -> bool:
-    """False for a Ray worker node: its Ray process lends the node to the head's vLLM; it launches none."""
+    """False for a Ray worker node: its Ray process lends the node to the head's vLLM; it launches none. True for
+    an ``mp`` follower: it launches vLLM ``--headless`` (no API), whose supervisor counts it ready while it lives
+    (``conduit.daemon.vllm.monitor.Monitor.run``)."""
     c = new.cluster if new is not None else None
     return not (c is not None and c.backend == "ray" and c.role == "worker")
 

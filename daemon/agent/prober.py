@@ -246,7 +246,8 @@ async def probe_once(client: httpx.AsyncClient, target: ProbeTarget) -> ProbeRes
     latency = (time.perf_counter() - t0) * 1000
     verdict, msg, hint = classify_status(resp.status_code)
     if verdict is Verdict.OK and target.protocol == "openai":
-        remember_models(target.channel, target.base, resp.content)  # `conduit models`, tools' context settings
+        # `conduit models`, tools' context settings; parse + write off the loop (a primary is probed every 1 s)
+        await asyncio.to_thread(remember_models, target.channel, target.base, resp.content)
     working = None
     if verdict is Verdict.PATH:
         for cand in neighbour_bases(target.base):

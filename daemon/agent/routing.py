@@ -5,17 +5,25 @@ Evidence (``assess``), from what the agent already keeps:
                 ``restarting`` after a crash, ``unhealthy``, ``stopped``, ``starting`` again), or every protocol's
                 last probe of the primary failed
     healthy     vLLM ``ready`` (when supervised) and every protocol's last probe ok
-    unknown     anything else (no probe yet, protocols disagree): the judge's clocks neither start nor stop
+    unknown     anything else (no probe yet, protocols disagree): the judge's clocks neither start nor stop;
+                also the supervised vLLM's first start since the agent began (``starting``, never yet ``ready``:
+                a slowly loading model refuses probes until it serves, and must not flip tools at every boot;
+                bounded by the supervisor's ``startup_timeout_s``, after which it is ``failed``), and a probe
+                answered ``rate_limited`` (HTTP 429 says nothing about the channel being down).
+    The supervisor records no "stopped because the person asked" flag, so ``stopped`` (``conduit vllm stop``)
+    stays unhealthy: tools go to the fallback after ``after_s``.
 
 The judge (``Judge``) is a pure state machine fed with monotonic timestamps: on the primary, unhealthy evidence
 seen continuously for ``after_s`` switches to ``fallback``; on the fallback, healthy evidence continuously for
 ``after_s`` switches back. Evidence of the other kind resets the clock (hysteresis: no flapping).
 
-``Router`` runs it on the agent's loop: every ``TICK_S`` it asks for a fresh probe of the primary when the last
-one is older than ``PROBE_EVERY_S`` (so a switch lands within ``after_s`` + about 1 s whatever the prober's
-interval), feeds the judge, and writes the routing file (``conduit.daemon.config.routing``) only when the decision
-changes. It starts from the decision already in the file (an agent restart does not flip tools), and writes
-nothing for a profile without ``[fallback]``.
+``Router`` runs it on the agent's loop: every ``TICK_S`` it feeds the judge and, when the primary is the supervised
+``local`` channel, asks for a fresh probe of it when the last one is older than ``PROBE_EVERY_S`` (so a switch lands
+within ``after_s`` + about 1 s); a hosted primary keeps the prober's own interval (no 86,400 ``GET /models`` a day
+to a gateway), so its switch lands within ``after_s`` + one interval. It writes the routing file
+(``conduit.daemon.config.routing``) only when the decision changes; a write that fails is retried every tick until
+it lands, and only then does the decision in force (``/v1/status``) change. It starts from the decision already in
+the file (an agent restart does not flip tools), and writes nothing for a profile without ``[fallback]``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from conduit.daemon.agent.prober import Verdict
 from conduit.daemon.config.fallback import FallbackSettings
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.routing import Active, RoutingDecision, decision, read_routing, write_routing
@@ -35,7 +44,10 @@ TICK_S = 0.25
 """Seconds between two looks of the router at the evidence."""
 
 PROBE_EVERY_S = 1.0
-"""The primary is probed at least this often (seconds) while a ``[fallback]`` is configured."""
+"""The supervised ``local`` primary is probed at least this often (seconds) while a ``[fallback]`` is configured."""
+
+NO_EVIDENCE = (Verdict.PENDING, Verdict.RATE_LIMITED)
+"""Probe verdicts that say nothing about whether the primary is up."""
 
 
 @dataclass(frozen=True)
@@ -73,17 +85,20 @@ class Evidence:
     why: str
 
 
-def assess(plan: RoutePlan, vllm_state: str | None, verdicts: dict[str, str]) -> Evidence:
-    """The evidence about the primary.
+def assess(plan: RoutePlan, vllm_state: str | None, verdicts: dict[str, str], first_start: bool = False) -> Evidence:
+    """The evidence about the primary (see the module docstring).
 
     Args:
         plan: the profile's routing plan.
         vllm_state: the supervised vLLM's state (``ready``, ``failed``...), or None without a supervisor.
         verdicts: protocol -> the last probe verdict of the primary (``ok``, ``refused``, ``pending``...).
+        first_start: the supervised vLLM has not been ``ready`` since the agent began.
     """
+    if plan.supervised and first_start and vllm_state == "starting":
+        return Evidence(None, "the supervised vLLM is starting for the first time since the agent began")
     if plan.supervised and vllm_state != "ready":
         return Evidence(False, f"the supervised vLLM is {vllm_state or 'not running'}")
-    done = {p: v for p, v in verdicts.items() if v != "pending"}
+    done = {p: v for p, v in verdicts.items() if v not in NO_EVIDENCE}
     if done and all(v != "ok" for v in done.values()):
         worst = ", ".join(f"{p} {v}" for p, v in sorted(done.items()))
         return Evidence(False, f"every probe of channel {plan.primary} failed ({worst})")
@@ -139,16 +154,21 @@ class Router:
 
     Attributes:
         decision: the decision in force (read from the file at the first plan, then the last written), or None.
+        unwritten: the judge's decision the file does not hold yet (its write failed; retried every tick), or None.
         generation: counts changes of ``decision`` (the kept ``/v1/status`` body is keyed on it).
+        ready_seen: the supervised vLLM has been ``ready`` since the agent began.
     """
 
     def __init__(self) -> None:
         self.plan: RoutePlan | None = None
         self.judge: Judge | None = None
         self.decision: RoutingDecision | None = None
+        self.unwritten: RoutingDecision | None = None
         self.generation = 0
         self.last_probe_at = -1e9
+        self.ready_seen = False
         self._vllm_state: str | None = None
+        self._write_failed = False
 
     def set_plan(self, plan: RoutePlan | None) -> None:
         """A new read of the profile: keep the judge when the primary and after_s are the same."""
@@ -157,7 +177,7 @@ class Router:
         old, self.plan = self.plan, plan
         self.generation += 1
         if plan is None:
-            self.judge = None
+            self.judge = self.unwritten = None
             return
         if self.decision is None:
             self.decision = read_routing()
@@ -168,36 +188,52 @@ class Router:
             self.judge.after_s = plan.fallback.after_s
             return
         self.judge = Judge(plan.fallback.after_s, kept.active if kept is not None else "primary")
+        self.unwritten = None  # a pending write for another primary or profile
 
     def wants_probe(self, now: float, vllm_state: str | None = None) -> bool:
-        """True when the primary should be probed now: ``PROBE_EVERY_S`` passed since the last request, or the
-        supervised vLLM's state changed (it just turned ready: its last probe is stale)."""
+        """True when the supervised ``local`` primary should be probed now: ``PROBE_EVERY_S`` passed since the last
+        request, or vLLM's state changed (it just turned ready: its last probe is stale). Always False for a
+        hosted primary: the prober's own interval applies."""
         moved, self._vllm_state = vllm_state != self._vllm_state, vllm_state
-        if self.plan is None or (now - self.last_probe_at < PROBE_EVERY_S and not moved):
+        if self.plan is None or not self.plan.supervised or (now - self.last_probe_at < PROBE_EVERY_S and not moved):
             return False
         self.last_probe_at = now
         return True
 
     def tick(self, now: float, vllm_state: str | None, health: dict[str, Any]) -> RoutingDecision | None:
-        """One look: ``health`` is the prober's protocol -> ``ChannelHealth`` of the primary. Writes and returns
-        the new decision when the judge switched, else None."""
+        """One look: ``health`` is the prober's protocol -> ``ChannelHealth`` of the primary. Returns the decision
+        written by this look (the judge switched, or an earlier failed write landed now), else None."""
         plan, judge = self.plan, self.judge
         if plan is None or judge is None:
             return None
-        ev = assess(plan, vllm_state, _verdicts(health))
+        self.ready_seen = self.ready_seen or (plan.supervised and vllm_state == "ready")
+        ev = assess(plan, vllm_state, _verdicts(health), first_start=not self.ready_seen)
         switched = judge.observe(now, ev)
-        if switched is None:
+        if switched is not None:
+            brief = self.brief()
+            in_force = brief is not None and brief["active"] == switched  # back before the file ever moved
+            self.unwritten = None if in_force else decision(switched, judge.why(ev), plan.profile, plan.primary,
+                                                            plan.fallback)
+        return self._write()
+
+    def _write(self) -> RoutingDecision | None:
+        """Write ``unwritten``; on success it becomes the decision in force (``generation`` moves). A failure is
+        logged once (the message names the file and what to check; no secrets) and retried at the next tick."""
+        d, plan = self.unwritten, self.plan
+        if d is None or plan is None:
             return None
-        d = decision(switched, judge.why(ev), plan.profile, plan.primary, plan.fallback)
-        self.decision = d
-        self.generation += 1
         try:
             path = write_routing(d)
         except ConduitError as exc:
-            log.error("routing: %s", exc)
-            return d
-        log.warning("routing: tools go to the %s %s (%s); wrote %s", switched,
-                    plan.fallback.channel if switched == "fallback" else plan.primary, d.why, path)
+            if not self._write_failed:
+                log.error("routing: %s; %s; retrying every %g s", exc.message, exc.hint or "check the state directory",
+                          TICK_S)
+            self._write_failed = True
+            return None
+        self.decision, self.unwritten, self._write_failed = d, None, False
+        self.generation += 1
+        log.warning("routing: tools go to the %s %s (%s); wrote %s", d.active,
+                    plan.fallback.channel if d.active == "fallback" else plan.primary, d.why, path)
         return d
 
     def brief(self) -> dict[str, Any] | None:
@@ -208,4 +244,4 @@ class Router:
         return d.brief()
 
 
-__all__ = ["PROBE_EVERY_S", "TICK_S", "Evidence", "Judge", "RoutePlan", "Router", "assess", "plan_for"]
+__all__ = ["NO_EVIDENCE", "PROBE_EVERY_S", "TICK_S", "Evidence", "Judge", "RoutePlan", "Router", "assess", "plan_for"]

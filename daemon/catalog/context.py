@@ -19,11 +19,24 @@ from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
 
+DERIVED_OUTPUT_CAP = 32768
+"""The most output tokens ``derived_output`` grants, whatever the context (tokens)."""
+
+
+def derived_output(context_window: int) -> int:
+    """The output limit given when only the context is known (vLLM's ``/models`` has ``max_model_len`` and no
+    output figure): a quarter of the context, at least 1, at most ``DERIVED_OUTPUT_CAP``. Why: tools otherwise
+    send their own default ``max_tokens`` (OpenCode 32000, Continue and Cline theirs), which vLLM refuses with
+    HTTP 400 once it exceeds ``max_model_len`` minus the prompt; a quarter leaves three quarters for the prompt,
+    and the cap keeps a 1M-token model from reserving a quarter million for output. Tokens in, tokens out."""
+    return max(1, min(context_window // 4, DERIVED_OUTPUT_CAP))
+
 
 def with_context(settings: ToolSettings, profile: LoadedProfile) -> ToolSettings:
     """``settings`` with ``context_window`` and ``max_output_tokens`` filled: each from ``[tools.<tool>]`` when
-    set there, else from the cached ``/models`` entry for ``(settings.channel, settings.model)``, else None.
-    Never raises (no cache, a damaged cache or a model it does not list: the field stays None)."""
+    set there, else from the cached ``/models`` entry for ``(settings.channel, settings.model)``, else None; an
+    output limit still unknown while the context is known is ``derived_output(context)``. Never raises (no
+    cache, a damaged cache or a model it does not list: the field stays None)."""
     cfg = profile.model.tools.get(settings.tool)
     ctx = cfg.context_window if cfg is not None else None
     out = cfg.max_output_tokens if cfg is not None else None
@@ -34,6 +47,8 @@ def with_context(settings: ToolSettings, profile: LoadedProfile) -> ToolSettings
         if entry is not None:
             ctx = ctx if ctx is not None else entry.context_window
             out = out if out is not None else entry.max_output_tokens
+    if out is None and ctx is not None:
+        out = derived_output(ctx)
     if ctx == settings.context_window and out == settings.max_output_tokens:
         return settings
     return dataclasses.replace(settings, context_window=ctx, max_output_tokens=out)
@@ -64,4 +79,4 @@ def refresh_stale(resolver: Resolver, tools: Iterable[str], *, max_age_s: float,
     return problems
 
 
-__all__ = ["refresh_stale", "with_context"]
+__all__ = ["DERIVED_OUTPUT_CAP", "derived_output", "refresh_stale", "with_context"]

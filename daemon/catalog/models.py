@@ -42,7 +42,9 @@ BODY_MAX_BYTES = 16 << 20
 CACHE_MAX_BYTES = 4 << 20
 """Cap on a cache file read back: 4 MiB (only ids and two numbers per model are kept)."""
 FETCH_TIMEOUT_S = 3.0
-"""Default connect/read bound of one fetch, seconds."""
+"""Default bound of one whole fetch (resolve, connect, body), seconds."""
+REMEMBER_REFRESH_S = 60.0
+"""An unchanged answer rewrites the cache (new ``fetched_at``) at most this often, seconds."""
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -143,10 +145,9 @@ def _headers(channel: ResolvedChannel) -> dict[str, str]:
     return headers
 
 
-def _get(url: str, headers: dict[str, str], timeout_s: float) -> bytes:
-    """One bounded GET with the standard library's ``http.client`` (``conduit sync`` and ``use`` keep httpx out
-    of their start-up: tests/test_cli_start.py): ``timeout_s`` on connect and on each read, at most
-    ``BODY_MAX_BYTES`` + 1 bytes read, redirects not followed (a 3xx is an error). Raises CatalogError."""
+def _get_once(url: str, headers: dict[str, str], timeout_s: float, deadline: float) -> bytes:
+    """The GET itself (see ``_get``): the body read in 64 KiB chunks, each checked against ``deadline``
+    (``time.monotonic()`` seconds), so a server that drips bytes cannot stretch it. Raises CatalogError."""
     import http.client  # lazy, with ssl: only a fetch needs them, not the cache read every sync does
     import ssl
 
@@ -164,7 +165,14 @@ def _get(url: str, headers: dict[str, str], timeout_s: float) -> bytes:
             if resp.status != 200:
                 raise CatalogError(f"GET {url}: HTTP {resp.status}",
                                    "check the channel's base URL and key (`conduit doctor --live`)")
-            body = resp.read(BODY_MAX_BYTES + 1)
+            chunks: list[bytes] = []
+            size = 0
+            while size <= BODY_MAX_BYTES and (chunk := resp.read1(65536)):
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+            body = b"".join(chunks)
         finally:
             conn.close()
     except TimeoutError:
@@ -178,9 +186,38 @@ def _get(url: str, headers: dict[str, str], timeout_s: float) -> bytes:
     return body
 
 
+def _get(url: str, headers: dict[str, str], timeout_s: float) -> bytes:
+    """One GET bounded as a whole by ``timeout_s`` seconds, with the standard library's ``http.client``
+    (``conduit sync`` and ``use`` keep httpx out of their start-up: tests/test_cli_start.py). Name resolution
+    (``getaddrinfo`` takes no timeout) and connect run in a daemon thread joined for ``timeout_s``; the body is
+    read against the same deadline; at most ``BODY_MAX_BYTES`` + 1 bytes; redirects not followed (a 3xx is an
+    error). A thread still stuck in the resolver is left behind (daemon: it never holds the process).
+    Raises CatalogError."""
+    import threading
+
+    deadline = time.monotonic() + timeout_s
+    box: list[bytes | CatalogError] = []
+
+    def work() -> None:
+        try:
+            box.append(_get_once(url, headers, timeout_s, deadline))
+        except CatalogError as exc:
+            box.append(exc)
+
+    worker = threading.Thread(target=work, name="conduit-models-fetch", daemon=True)
+    worker.start()
+    worker.join(timeout_s + 0.5)  # the thread's own deadline fires first; this catches a hung resolver
+    if not box:
+        raise CatalogError(f"GET {url}: no answer within {timeout_s:g} s",
+                           "is the server running? (`conduit doctor --live`)")
+    if isinstance(box[0], CatalogError):
+        raise box[0]
+    return box[0]
+
+
 def fetch(channel: ResolvedChannel, *, timeout_s: float = FETCH_TIMEOUT_S) -> Catalog:
-    """``GET <base>/models`` now, bounded: ``timeout_s`` for connect and each read, the body capped at
-    ``BODY_MAX_BYTES``, no redirects followed.
+    """``GET <base>/models`` now, bounded: ``timeout_s`` for the whole request (resolve, connect, body), the
+    body capped at ``BODY_MAX_BYTES``, no redirects followed.
 
     Raises:
         CatalogError: no OpenAI/Anthropic root, unreachable, timed out, an HTTP error status, a body over the
@@ -240,12 +277,19 @@ def refresh(channel: ResolvedChannel, *, timeout_s: float = FETCH_TIMEOUT_S) -> 
 
 def remember(channel: str, base_url: str, body: bytes) -> Catalog | None:
     """Cache a ``/models`` answer someone else already fetched (the agent's prober, which asks ``base_url +
-    "/models"`` on every probe). Returns the stored catalog, or None when ``body`` is over ``BODY_MAX_BYTES``
-    or not JSON, or the cache cannot be written. Never raises."""
+    "/models"`` on every probe, every second for a ``[fallback]`` primary; it calls this off its event loop).
+    The file is written only when the models differ from the cache's, or the cache is older than
+    ``REMEMBER_REFRESH_S`` (so ``fetched_at`` stays within that of the last answer and ``conduit sync`` sees a
+    fresh cache). Returns the catalog now cached, or None when ``body`` is over ``BODY_MAX_BYTES`` or not JSON,
+    or the cache cannot be written. Never raises."""
     if len(body) > BODY_MAX_BYTES:
         return None
     try:
-        got = Catalog(channel, base_url, time.time(), tuple(parse_models(json.loads(body))))
+        models = tuple(parse_models(json.loads(body)))
+        cached = read_cache(channel, base_url)
+        if cached is not None and cached.models == models and cached.age_s() < REMEMBER_REFRESH_S:
+            return cached
+        got = Catalog(channel, base_url, time.time(), models)
         write_cache(got)
     except (ValueError, OSError):
         return None
@@ -270,5 +314,5 @@ def cache_max_age_s() -> float:
         return 600.0
 
 
-__all__ = ["BODY_MAX_BYTES", "CACHE_MAX_BYTES", "Catalog", "CatalogError", "ModelInfo", "cache_max_age_s",
+__all__ = ["BODY_MAX_BYTES", "CACHE_MAX_BYTES", "Catalog", "CatalogError", "ModelInfo", "REMEMBER_REFRESH_S", "cache_max_age_s",
            "cache_path", "current", "fetch", "models_base", "parse_models", "read_cache", "refresh", "remember", "write_cache"]

@@ -33,8 +33,8 @@ from __future__ import annotations
 import asyncio
 import time
 import tomllib
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -119,15 +119,16 @@ class AgentVllm:
     socket: Path | None = None
     poll_s: float = 0.5
     sleep: Callable[[float], None] = time.sleep
+    seen_pids: set[int] = field(default_factory=set)  # every vLLM pid the waits saw (a caller may clear it)
 
     def snapshot(self) -> dict[str, Any]:
         """``/v1/vllm``. Raises AgentUnreachable (exit 2) or AgentError."""
         with AgentClient(self.socket, timeout_s=10.0) as agent:
             return agent.get("/v1/vllm")
 
-    def wait_ready(self, timeout_s: float, why: str, not_pid: int | None = None,
+    def wait_ready(self, timeout_s: float, why: str, avoid: Collection[int | None] = (),
                    failed_ok: bool = False) -> dict[str, Any]:
-        """Poll until vLLM is ``ready`` (with a pid other than ``not_pid``: a relaunched process).
+        """Poll until vLLM is ``ready`` with a pid not in ``avoid`` (empty: any; else a relaunched process).
 
         Args:
             failed_ok: a ``failed`` state is waited out too (restoring after a change that failed: the agent
@@ -140,7 +141,9 @@ class AgentVllm:
         while True:
             snap = self.snapshot()
             st, pid = snap.get("state"), snap.get("pid")
-            relaunched = not_pid is None or pid not in (None, not_pid)
+            if isinstance(pid, int):
+                self.seen_pids.add(pid)
+            relaunched = not avoid or (pid is not None and pid not in avoid)
             if st == "ready" and relaunched:
                 return snap
             if st == "not_configured" or (st == "failed" and not failed_ok):
@@ -163,6 +166,40 @@ def _sweep(cfg: BenchConfig, label: str, gpus: GpuCount, util: UtilSampler, err:
         return asyncio.run(compare.run_side(
             cfg, label, gpus, gpu_util=util, on_result=lambda _r: progress.update(task, advance=1),
             on_warning=lambda w: progress.console.print(f"[yellow]warning:[/] {w}", highlight=False)))
+
+
+def _restore(o: VllmCompare, agent: AgentVllm, path: Path, previous: dict[str, Any] | None,
+             pids: tuple[int | None, int | None], err: Console, failing: bool) -> None:
+    """Put ``previous`` back into ``[vllm]`` of ``path`` (unless ``--keep``) and wait for a vLLM other than the
+    one before the change and the one the change made (``pids``: ``(before, relaunched or None)``; with None,
+    every pid seen since the change). ``failing``: an error is on its way out, so a failure here is printed
+    beside it rather than raised over it.
+
+    Raises:
+        ConduitError: the restore could not be written (names the file and the keys to set back by hand), or
+            vLLM was not ready again in time; only when not ``failing``.
+    """
+    if previous is None:
+        return
+    if o.keep:
+        err.print(f"kept {_words(o.changes)} in [vllm] of {path} (--keep)", markup=False)
+        return
+    try:
+        set_vllm_keys(path, previous)
+        err.print(f"restored [vllm] of {path}; waiting for vLLM to be ready again", markup=False)
+        before, relaunched = pids
+        changed = {relaunched} if relaunched is not None else agent.seen_pids - {before}
+        agent.wait_ready(o.ready_timeout_s, "after restoring [vllm]", avoid=changed | {before} if changed else (),
+                         failed_ok=True)
+    except ConduitError as exc:
+        if isinstance(exc, ProfileError):
+            old = ", ".join(f"`[vllm].{k} = {'(absent)' if v is None else tomlkit.item(v).as_string().strip()}`"
+                            for k, v in previous.items())
+            exc = ConduitError(f"could not restore {old} in {path}: {exc.message}; set it back by hand",
+                               exc.hint or "edit the file, then check `conduit status`")
+        if not failing:
+            raise exc from None
+        err.print(f"error: {exc.message}", markup=False)
 
 
 class UtilSampler(Protocol):
@@ -236,17 +273,15 @@ def run_compare_vllm(o: VllmCompare) -> int:
         _, previous = set_vllm_keys(loaded.path, changes)
         err.print(f"set {_words(changes)} in [vllm] of {loaded.path}; waiting up to {timeout_s:g} s for the agent "
                   "to relaunch vLLM", markup=False)
-        relaunched = agent.wait_ready(timeout_s, f"after setting {_words(changes)}", not_pid=snap.get("pid"))["pid"]
+        agent.seen_pids.clear()
+        relaunched = agent.wait_ready(timeout_s, f"after setting {_words(changes)}", avoid={snap.get("pid")})["pid"]
         endpoint, _ = target.channel_endpoint(state.profile, LOCAL_CHANNEL, a.endpoint.protocol)
         b = replace(a, endpoint=endpoint, model=o.model or after.name)
         side_b, _ = _sweep(b, "after", gpus[1], util, err)
         result = CompareResult(side_a, side_b, gpu_util_note=util.note)
         o.show(result, f"conduit bench --compare-vllm {_words(changes)}", o.json_path, out, err)
-    finally:
-        if previous is not None and not o.keep:
-            set_vllm_keys(loaded.path, previous)
-            err.print(f"restored [vllm] of {loaded.path}; waiting for vLLM to be ready again", markup=False)
-            agent.wait_ready(timeout_s, "after restoring [vllm]", not_pid=relaunched, failed_ok=True)
-        elif previous is not None:
-            err.print(f"kept {_words(changes)} in [vllm] of {loaded.path} (--keep)", markup=False)
+    except BaseException:
+        _restore(o, agent, loaded.path, previous, (snap.get("pid"), relaunched), err, failing=True)
+        raise
+    _restore(o, agent, loaded.path, previous, (snap.get("pid"), relaunched), err, failing=False)
     return 0 if side_a.sweep.total_ok + side_b.sweep.total_ok else 1

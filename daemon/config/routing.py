@@ -11,7 +11,7 @@ Shape (``RoutingDecision``, version 1)::
      "active": "fallback",                 # "primary" | "fallback"
      "since": 1764600000.25,               # Unix time the decision was made, seconds
      "why": "vLLM failed for 20 s: ...",   # words for people; never a key
-     "profile": "/home/u/.config/conduit/profile.toml",   # the profile it was judged for (absolute)
+     "profile": "/home/u/.config/conduit/profile.toml",   # the profile it was judged for (realpath)
      "primary": "local",                   # the primary channel it judged
      "fallback": {"channel": "taotoken", "model": "claude-sonnet-4-20250514", "small_model": null},
      "after_s": 20.0}
@@ -58,8 +58,9 @@ def routing_path() -> Path:
 
 
 def profile_key(profile_path: str | os.PathLike[str] | None) -> str:
-    """The absolute profile path a decision is tied to (``paths.profile_path`` of the override, made absolute)."""
-    return os.path.abspath(paths.profile_path(profile_path))
+    """The profile path a decision is tied to: ``paths.profile_path`` of the override with every symlink resolved
+    (``os.path.realpath``), so an agent and a daemon that reach the file by different paths agree."""
+    return os.path.realpath(paths.profile_path(profile_path))
 
 
 class FallbackRoute(BaseModel):
@@ -80,7 +81,7 @@ class RoutingDecision(BaseModel):
         active: ``primary`` or ``fallback``.
         since: Unix time the decision was made, seconds.
         why: a sentence for people (never a key).
-        profile: the absolute path of the profile judged.
+        profile: the real path of the profile judged (``profile_key``: symlinks resolved).
         primary: the primary channel judged.
         fallback: the fallback route then.
         after_s: the hysteresis then, seconds.
@@ -101,7 +102,7 @@ class RoutingDecision(BaseModel):
         """True when this decision is in force for ``profile``: the same profile file, the same primary, and a
         ``[fallback]`` table there."""
         return (profile.model.fallback is not None and self.primary == profile.model.channel
-                and self.profile == os.path.abspath(profile.path))
+                and os.path.realpath(self.profile) == os.path.realpath(profile.path))
 
     def route_for(self, profile: LoadedProfile) -> FallbackSettings | None:
         """The profile's ``[fallback]`` when this decision says ``fallback`` and applies to ``profile``; else None
@@ -117,7 +118,7 @@ class RoutingDecision(BaseModel):
 
 def decision(active: Active, why: str, profile_path: str, primary: str, fallback: FallbackSettings,
              since: float | None = None) -> RoutingDecision:
-    """A new decision for ``primary`` of the profile at ``profile_path`` (absolute), made now unless ``since``."""
+    """A new decision for ``primary`` of the profile at ``profile_path`` (``profile_key``), made now unless ``since``."""
     return RoutingDecision(active=active, since=time.time() if since is None else since, why=why,
                            profile=profile_path, primary=primary, after_s=fallback.after_s,
                            fallback=FallbackRoute(channel=fallback.channel, model=fallback.model,

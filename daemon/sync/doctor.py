@@ -3,7 +3,8 @@
 Read-only: it runs a dry-run sync to tell "in sync" from "drifted", asks each adapter's ``inspect`` for
 facts, and its ``outranks`` for what will stop the tool from using conduit's settings although the files match
 (``conduit.daemon.sync.outrank``: states ``overridden``, ``untrusted``, ``refused``). Keys appear only as fingerprints. It also says when the sync daemon is alive but stalled: its lock file's
-busy marker (``conduit.daemon.sync.progress``) shows no progress of its loop for longer than ``STALL_AFTER_S``.
+busy marker (``conduit.daemon.sync.progress``) shows no progress of its loop for longer than ``STALL_AFTER_S``,
+and when the agent's routing file (``conduit.daemon.config.routing``) is there but cannot be read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from conduit.adapters.base import Adapter, Env, ToolFacts
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
+from conduit.daemon.config.routing import reading_problem
 from conduit.daemon.sync.engine import ToolReport, sync
 from conduit.daemon.sync.lock import daemon_activity
 from conduit.daemon.sync.outrank import apply_blockers, blockers_for
@@ -67,6 +69,9 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
             report["ok"] = False
             report["warnings"].append(str(exc))
         report["warnings"] += _key_source_warnings(profile)
+        if profile.model.fallback is not None and resolver is not None and resolver.routing is None \
+                and reading_problem():  # the routing file is there but not a decision (unparseable, too large)
+            report["warnings"].append(f"routing: {reading_problem()}")
     for name, adapter in ADAPTERS.items():
         entry: dict[str, Any] = {"display": adapter.display_name, "managed": name in sync_reports}
         _tool_state(entry, report, name, adapter, sync_reports.get(name), resolver, env)

@@ -43,7 +43,7 @@ from conduit.adapters.base import Env
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
-from conduit.daemon.config.routing import read_routing, routing_path
+from conduit.daemon.config.routing import read_routing, reading_problem, routing_path
 from conduit.daemon.config.sources import key_file_path
 from conduit.daemon.sync.drift import REAPPLY_LIMIT, REAPPLY_WINDOW_S, ToolTrack, drift_record
 from conduit.daemon.sync.engine import SyncReport, ToolReport, sync
@@ -132,6 +132,7 @@ class SyncDaemon:
         self.key_files: set[Path] = set()
         self.routing_path = routing_path()  # the agent's fallback decision (conduit.daemon.sync.routed)
         self.route: RouteKey | None = None
+        self.routing_problem: str | None = None  # why the routing file could not be read, as last logged
         self.ready = threading.Event()
         self.progress = LoopProgress()
         self.syncs = 0
@@ -241,6 +242,7 @@ class SyncDaemon:
         touched = bool(_RESYNC in batch or files & ({self.profile_path} | self.key_files))
         routed = self.routing_path in files and self.profile is not None and \
             route_key(self.profile, read_routing(self.routing_path)) != self.route
+        self._note_routing_problem()
         if touched or routed:
             trigger = "routing" if not touched else "key" if not files & {self.profile_path} else "profile"
             self._reload_and_sync(trigger=trigger, batch=batch,
@@ -338,7 +340,16 @@ class SyncDaemon:
             log.info("key rotated on %d channel(s): old key removed from conduit's backups", len(rotated))
         self._record(report, trigger)
         self.route = log_switch(self.route, profile, self.resolver, report)
+        self._note_routing_problem()  # the sync's Resolver read the routing file too
         self._rewatch()
+
+    def _note_routing_problem(self) -> None:
+        """Log why the routing file could not be read (``reading_problem``: unparseable, too large...) once per
+        distinct problem (only for a profile with a ``[fallback]``); the last good decision stays in force."""
+        problem = reading_problem() if self.profile is not None and self.profile.model.fallback is not None else None
+        if problem is not None and problem != self.routing_problem:
+            log.warning("routing: %s", self.redactor(problem))
+        self.routing_problem = problem
 
     def _record(self, report: SyncReport, trigger: str, *, drift_check: bool = False) -> None:
         """Log one line per tool, remember what conduit wrote (digests), update the state document."""

@@ -17,6 +17,7 @@ Each node carries the labels ``conduit-vllm`` / ``conduit-ray`` (its versions, s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -91,6 +92,12 @@ def ray_start_argv(s: VllmSettings, labels: dict[str, str] | None = None) -> lis
     return [*argv, "--disable-usage-stats", *c.ray_args, "--block"]
 
 
+def headless(s: VllmSettings) -> bool:
+    """An ``mp`` follower (``node_rank`` > 0): vLLM runs ``--headless`` there and serves no HTTP at all."""
+    c = s.cluster
+    return c is not None and c.backend == "mp" and c.rank > 0
+
+
 def cluster_flags(s: VllmSettings) -> list[str]:
     """The vLLM flags ``[vllm.cluster]`` adds (none without it).
 
@@ -106,7 +113,7 @@ def cluster_flags(s: VllmSettings) -> list[str]:
         return ["--distributed-executor-backend", "ray"] if c.role == "head" else []
     argv = ["--nnodes", str(c.nodes), "--node-rank", str(c.rank), "--master-addr", c.host,
             "--master-port", str(c.port)]
-    return [*argv, "--headless"] if c.rank > 0 else argv
+    return [*argv, "--headless"] if headless(s) else argv
 
 
 def cluster_env(s: VllmSettings) -> dict[str, str]:
@@ -176,15 +183,20 @@ def parse_nodes(stdout: str) -> tuple[str | None, list[Node]]:
 
 
 async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
-    """Run ``argv``, return ``(status, stdout + stderr)``; status 124 when it ran past ``timeout_s``."""
+    """Run ``argv``, return ``(status, stdout + stderr)``; status 124 when it ran past ``timeout_s``. The child
+    is killed (and reaped, waiting at most 5 s) however this ends: a timeout, or the caller cancelled."""
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
         return 124, f"timed out after {timeout_s:.0f} s"
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.shield(asyncio.wait_for(proc.wait(), 5.0))
     return proc.returncode or 0, out.decode(errors="replace")
 
 
@@ -214,5 +226,5 @@ async def read_versions(python: str, timeout_s: float = 60.0) -> dict[str, str |
     return {"vllm": doc.get("vllm"), "ray": doc.get("ray")}
 
 
-__all__ = ["NODES_SNIPPET", "RAY_LABEL", "VLLM_LABEL", "Node", "cluster_env", "cluster_flags", "parse_nodes",
+__all__ = ["NODES_SNIPPET", "RAY_LABEL", "VLLM_LABEL", "Node", "cluster_env", "cluster_flags", "headless", "parse_nodes",
            "ray_prefix", "ray_start_argv", "read_nodes", "read_versions"]

@@ -8,7 +8,8 @@ supervisor's loop and changing no state themselves:
   can exit 0 after its engine died.
 - ``track``: every ``TRACK_INTERVAL_S`` the launch's ``tree.Tree`` is sampled (in a worker thread), so a
   descendant that leaves the group (``setsid()``) is known before its parent can exit and orphan it.
-- ``Monitor.run``: until ready, ``/health`` 200 **and** ``/v1/models`` listing the served name (every 0.25 s, up
+- ``Monitor.run``: for an ``mp`` follower (``--headless``, no HTTP server) ready at once, the exit watcher being
+  its only check; else until ready, ``/health`` 200 **and** ``/v1/models`` listing the served name (every 0.25 s, up
   to ``startup_timeout_s``); then ``/health`` every ``health_interval_s`` and ``/metrics`` every
   ``metrics_interval_s`` while healthy, and the log's size check.
 """
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 
 from conduit.daemon.config.vllm import VllmSettings
+from conduit.daemon.vllm.cluster import headless
 from conduit.daemon.vllm.messages import Exited, Health, Launch, Message, Ready, StartTimeout
 from conduit.daemon.vllm.metrics import MetricsTracker
 from conduit.daemon.vllm.process import wait_pid_exit
@@ -103,6 +105,12 @@ class Monitor:
     async def run(self, cur: Launch, ready: bool) -> None:
         """Wait for readiness (unless ``ready``), then poll health and metrics until cancelled."""
         s = self._settings()  # intervals as at launch, as before the split
+        if headless(s):  # an mp follower serves no HTTP: alive is ready (``watch_exit`` sees its exit)
+            if not ready:
+                self._post(Ready(cur.gen))
+            while True:
+                await asyncio.sleep(s.health_interval_s)
+                self._on_tick()
         async with _client() as client:
             if not ready and not await self._wait_ready(client, cur, s.startup_timeout_s):
                 return

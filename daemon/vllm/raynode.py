@@ -20,6 +20,7 @@ from typing import Any
 
 from conduit.daemon.vllm.process import kill_group, spawn_group
 from conduit.daemon.vllm.tree import MARKER_ENV, Tree
+from conduit.redact import mask_argv
 
 
 class RayProcess:
@@ -115,9 +116,10 @@ class RayProcess:
         return left
 
     def snapshot(self) -> dict[str, Any]:
-        """``{state, pid, restarts, last_exit, log_path, argv}``."""
+        """``{state, pid, restarts, last_exit, log_path, argv}``; in ``argv`` the values of key-like flags
+        (``--redis-password=X``, ``--token X``: ``conduit.redact.mask_argv``) show as fingerprints."""
         return {"state": self.state, "pid": self.pid, "restarts": self.restarts, "last_exit": self.last_exit,
-                "log_path": str(self.log_path), "argv": list(self.argv)}
+                "log_path": str(self.log_path), "argv": mask_argv(self.argv)}
 
 
 __all__ = ["RayProcess"]

