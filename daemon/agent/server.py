@@ -45,10 +45,12 @@ Errors raised: ``AgentAlreadyRunning`` (exit 1) and ``ConduitError`` for an unus
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,31 +150,46 @@ def _redacted(resp: web.StreamResponse, redactor: Redactor) -> web.StreamRespons
 
 def _guard(my_uid: int, redactor: Redactor) -> Middleware:
     """The middleware: refuse other uids (``SO_PEERCRED``), turn aiohttp's 404/405 into ``ErrorBody``, and mask
-    every known secret in what is answered."""
+    every known secret in what is answered.
+
+    The peer's uid is read once per connection (a connected socket's peer cannot change) and kept in a weak map
+    keyed by the connection's transport, so a keep-alive client costs one ``getsockopt`` however many requests
+    it sends."""
+    peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, int | None] = weakref.WeakKeyDictionary()
+
+    def uid_of(request: web.Request) -> int | None:
+        transport = request.transport
+        if transport is None:
+            return None
+        try:
+            return peers[transport]
+        except KeyError:
+            sock = transport.get_extra_info("socket")
+            uid = peers[transport] = peer_uid(sock) if sock is not None else None
+            return uid
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        return _redacted(await _checked(request, handler), redactor)
-
-    async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
-        sock = request.transport.get_extra_info("socket") if request.transport else None
-        uid = peer_uid(sock) if sock is not None else None
+        uid = uid_of(request)
         if uid is not None and uid != my_uid:
             log.warning("refused a request from uid %s", uid)
-            resp = error(403, "forbidden", f"this agent serves uid {my_uid} only")
-            resp.force_close()
-            return resp
+            refused = error(403, "forbidden", f"this agent serves uid {my_uid} only")
+            refused.force_close()
+            return refused
+        resp: web.StreamResponse
         try:
-            return await handler(request)
+            resp = await handler(request)
         except web.HTTPException as exc:
             if exc.status == 404:
-                return error(404, "not_found", f"no route {request.method} {request.path}",
+                resp = error(404, "not_found", f"no route {request.method} {request.path}",
                              hint="see GET /v1/openapi.json")
-            if exc.status == 405:
-                return error(405, "method_not_allowed", f"{request.method} is not allowed on {request.path}")
-            raise
+            elif exc.status == 405:
+                resp = error(405, "method_not_allowed", f"{request.method} is not allowed on {request.path}")
+            else:
+                raise
         except ConduitError as exc:
-            return error(404, "not_found", exc.message, exc.hint)
+            resp = error(404, "not_found", exc.message, exc.hint)
+        return _redacted(resp, redactor)
 
     return guard
 
@@ -211,6 +228,7 @@ class Agent:
         self.started_at = time.time()
         self._t0 = time.monotonic()
         self._openapi: OpenApiDocument | None = None
+        self._agent_head: tuple[AgentState, frozenset[str], bytes] | None = None  # see _agent_bytes
         self.bodies = BodyCache(self.redactor)  # each GET route's last body, made again when its sources change
         self.app = self._make_app()
 
@@ -303,8 +321,19 @@ class Agent:
             return whole[whole.index(b',"channels":'):]  # the agent object's end: no string holds a bare quote
 
         rest, secrets = self.bodies.get("status", key, build)
-        agent = self.bodies.mask(render(self.agent_info()), secrets)
-        return b'{"agent":' + agent + rest, secrets
+        return b'{"agent":' + self._agent_bytes(secrets) + rest, secrets
+
+    def _agent_bytes(self, secrets: frozenset[str]) -> bytes:
+        """``render(self.agent_info())`` masked with ``secrets``: everything up to ``uptime_s`` (its last key,
+        the only one that moves between state changes) is kept per (state, secret set); the uptime is written
+        as pydantic writes a float of three decimals (the shortest repr, as ``json.dumps``)."""
+        uptime = round(time.monotonic() - self._t0, 3)
+        kept = self._agent_head
+        if kept is None or kept[0] is not self.state or kept[1] is not secrets:
+            whole = render(self.agent_info())
+            head = whole[:whole.rindex(b'"uptime_s":') + len(b'"uptime_s":')]
+            kept = self._agent_head = (self.state, secrets, self.bodies.mask(head, secrets))
+        return kept[2] + json.dumps(uptime).encode() + b"}"
 
     def openapi(self) -> OpenApiDocument:
         """The OpenAPI 3.1 document (``conduit.daemon.agent.openapi``), made once."""

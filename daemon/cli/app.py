@@ -17,10 +17,8 @@ from difflib import get_close_matches
 
 import typer
 import typer.core
-
-# typer >= 0.26 vendors click: its groups and commands are these classes (no separate `click` needed).
-from typer._click import Command, Context, HelpFormatter
-from typer._click.exceptions import UsageError
+from click import Command, Context, HelpFormatter
+from click.exceptions import UsageError
 
 from conduit.daemon.cli.commands import COMMANDS, Entry
 
@@ -78,9 +76,10 @@ class LazyGroup(typer.core.TyperGroup):
             return super().resolve_command(ctx, args)
         except UsageError as exc:
             matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
-            if matches and "Did you mean" not in exc.message:
-                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
-            raise
+            if not matches or "Did you mean" in exc.message:
+                raise
+            hint = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise UsageError(hint, ctx=exc.ctx) from None
 
     def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         """The root help, listing every command from the table without importing it."""

@@ -16,14 +16,11 @@ import os
 import sys
 
 import typer
+from click.exceptions import NoSuchOption, UsageError
 
 from conduit.daemon.cli.app import EXIT_BAD_ARGS, app
 from conduit.daemon.config.redaction import REDACTOR, learn_flags
 from conduit.errors import ConduitError
-
-# typer >= 0.26 vendors click, so its usage-error class is reached through a public subclass rather than
-# imported from a `click` package that may not be installed.
-UsageError: type[Exception] = typer.BadParameter.__mro__[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except UsageError as exc:
         text = io.StringIO()
-        exc.show(file=text)  # type: ignore[attr-defined]
+        exc.show(file=text)
         sys.stderr.write(REDACTOR(text.getvalue()))
-        if "No such option: --profile" in text.getvalue():  # a global option, written after the command
+        if isinstance(exc, NoSuchOption) and exc.option_name == "--profile":  # global, written after the command
             sys.stderr.write("  hint: --profile goes before the command: conduit --profile PATH COMMAND ...\n")
         return EXIT_BAD_ARGS
     except typer.Abort:
