@@ -7,7 +7,10 @@ this interpreter, a fresh process each time, output to a pipe), in a temporary H
 - ``conduit doctor``,
 - ``conduit status`` (the tables) and ``conduit status --json``, against a real ``conduit agent`` started under
   that HOME on its own socket (``CONDUIT_AGENT_SOCKET``) with a fake one-GPU device set (``CONDUIT_FAKE_GPUS``),
-- ``python -c pass`` (the floor of any Python command).
+- ``python -c pass`` (the floor of any Python command),
+- the libraries' floor: ``import tomlkit`` and one pydantic model built and used, what every command that
+  reads the profile (``sync``, ``doctor``) loads before any code of conduit's: it shows how much of their time
+  is conduit's own.
 
 The commands are interleaved round by round (so drift hits all alike); each figure is the median of N rounds,
 printed with its ratio to the floor. Goals (issue 15): ``sync`` and ``--help`` within x5, ``status`` within x6,
@@ -137,6 +140,7 @@ def measure(runs: int, root: Path) -> dict[str, list[float]]:
     exe = conduit_exe()
     cases = {
         "python -c pass": [sys.executable, "-c", "pass"],
+        "libraries' floor": [sys.executable, "-c", LIBRARY_FLOOR],
         "conduit --help": [exe, "--help"],
         "conduit sync": [exe, "sync"],
         "conduit doctor": [exe, "doctor"],
@@ -157,6 +161,10 @@ def measure(runs: int, root: Path) -> dict[str, list[float]]:
     return times
 
 
+LIBRARY_FLOOR = "import tomlkit\nfrom pydantic import BaseModel\nclass M(BaseModel):\n    x: int\nM(x=1)"
+"""What any command that reads the profile must load before conduit's own code: tomlkit (round-trip TOML) and
+pydantic with one model built and used (its first model imports most of pydantic's internals)."""
+
 GOALS = {"conduit --help": 5.0, "conduit sync": 5.0, "conduit status": 6.0, "conduit status --json": 1.5}
 
 
@@ -168,12 +176,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="cb-", dir="/tmp") as tmp:
         times = measure(max(1, args.runs), Path(tmp))
     floor = statistics.median(times["python -c pass"])
+    libs = statistics.median(times["libraries' floor"])
     print(f"{'command':<24}{'median ms':>10}{'ratio':>8}  goal  (median of {args.runs}, {sys.executable})")
     for name, ts in times.items():
         med = statistics.median(ts)
         goal = GOALS.get(name)
         verdict = "" if goal is None else f"x{goal:g} {'met' if med / floor <= goal else 'MISSED'}"
         print(f"{name:<24}{med * 1000:>10.1f}{med / floor:>7.2f}x  {verdict}")
+    sync = statistics.median(times["conduit sync"])
+    print(f"conduit sync beyond the libraries' floor: {(sync - libs) * 1000:.1f} ms "
+          f"(x{sync / libs:.2f} of it; the floor alone is x{libs / floor:.2f} of python -c pass)")
     return 0
 
 
