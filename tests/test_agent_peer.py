@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-import conduit.daemon.agent.server as server
+import conduit.daemon.agent.guard as guard
 from conduit.redact import Redactor
 
 NOBODY = 65534
@@ -58,7 +58,7 @@ def _serve(sock_path: Path, stop: asyncio.Event, ready: asyncio.Event) -> asynci
         return web.Response(body=json.dumps({"ok": True}).encode(), content_type="application/json")
 
     async def run() -> None:
-        app = web.Application(middlewares=[server._guard(os.getuid(), Redactor())])
+        app = web.Application(middlewares=[guard.guard_middleware(os.getuid(), Redactor())])
         app.router.add_get("/x", handler)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -79,14 +79,14 @@ def test_another_uid_is_refused_and_ours_costs_one_peer_read_per_connection(
     if os.geteuid() != 0:
         pytest.skip("needs root to run a client as another uid")
     calls: list[int] = []
-    real = server.peer_uid
+    real = guard.peer_uid
 
     def counted(sock: socket.socket) -> int | None:
         uid = real(sock)
         calls.append(-1 if uid is None else uid)
         return uid
 
-    monkeypatch.setattr(server, "peer_uid", counted)
+    monkeypatch.setattr(guard, "peer_uid", counted)
     sock_path = open_dir / "agent.sock"
 
     async def body() -> tuple[str, list[int]]:

@@ -50,17 +50,16 @@ import logging
 import os
 import signal
 import time
-import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, ValidationError
 
-from conduit.daemon.agent.bodies import MASKED_WITH, BodyCache, masked_response
+from conduit.daemon.agent.bodies import BodyCache, masked_response
 from conduit.daemon.agent.gpu import GpuProbe, default_probe, memory_by_index
+from conduit.daemon.agent.guard import Handler, answer, error, guard_middleware
 from conduit.daemon.agent.logs import MALFORMED_INTERVAL_S, MalformedRequests, setup_logging
 from conduit.daemon.agent.loops import Keeper
 from conduit.daemon.agent.models import (
@@ -68,7 +67,6 @@ from conduit.daemon.agent.models import (
     ChannelAnswer,
     Channels,
     Cluster,
-    ErrorBody,
     Healthz,
     OpenApiDocument,
     ProbeAnswer,
@@ -96,7 +94,7 @@ from conduit.daemon.config import paths
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.vllm.tree import become_subreaper
 from conduit.errors import ConduitError
-from conduit.redact import Redactor, redact_bytes
+from conduit.redact import Redactor
 from conduit.sdnotify import sd_notify
 
 if TYPE_CHECKING:
@@ -105,7 +103,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conduit.agent")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 VLLM_ACTION_WAIT_S = 30.0
 
 
@@ -121,77 +118,9 @@ def _supervisor_factory(redactor: Redactor) -> Callable[[VllmSettings], Supervis
     return make
 
 
-def answer(body: BaseModel, status: int = 200) -> web.Response:
-    """An HTTP answer whose body is ``body`` as ``conduit.daemon.agent.models.render`` writes it."""
-    return web.Response(body=render(body), status=status, content_type="application/json")
-
-
-def error(status: int, code: str, message: str, hint: str | None = None) -> web.Response:
-    """An ``ErrorBody`` answer: ``{"error": code, "message", "hint"}``."""
-    return answer(ErrorBody(error=code, message=message, hint=hint), status)
-
-
 def _unknown_channel(name: str, known: list[str]) -> web.Response:
     return answer(UnknownChannel(error="unknown_channel", message=f"no channel named {name!r}",
                                  hint=f"known channels: {', '.join(known) or '(none)'}", known=known), 404)
-
-
-def _redacted(resp: web.StreamResponse, redactor: Redactor) -> web.StreamResponse:
-    """``resp`` with every secret ``redactor`` knows masked in its body (a plain ``web.Response``'s bytes),
-    unless it was already masked with the current secret set (a kept body: ``conduit.daemon.agent.bodies``)."""
-    if isinstance(resp, web.Response) and isinstance(resp.body, bytes):
-        secrets = redactor.secrets
-        if secrets and resp.get(MASKED_WITH) is not secrets:
-            body = redact_bytes(resp.body, secrets)
-            if body != resp.body:
-                resp.body = body
-    return resp
-
-
-def _guard(my_uid: int, redactor: Redactor) -> Middleware:
-    """The middleware: refuse other uids (``SO_PEERCRED``), turn aiohttp's 404/405 into ``ErrorBody``, and mask
-    every known secret in what is answered.
-
-    The peer's uid is read once per connection (a connected socket's peer cannot change) and kept in a weak map
-    keyed by the connection's transport, so a keep-alive client costs one ``getsockopt`` however many requests
-    it sends."""
-    peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, int | None] = weakref.WeakKeyDictionary()
-
-    def uid_of(request: web.Request) -> int | None:
-        transport = request.transport
-        if transport is None:
-            return None
-        try:
-            return peers[transport]
-        except KeyError:
-            sock = transport.get_extra_info("socket")
-            uid = peers[transport] = peer_uid(sock) if sock is not None else None
-            return uid
-
-    @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        uid = uid_of(request)
-        if uid is not None and uid != my_uid:
-            log.warning("refused a request from uid %s", uid)
-            refused = error(403, "forbidden", f"this agent serves uid {my_uid} only")
-            refused.force_close()
-            return refused
-        resp: web.StreamResponse
-        try:
-            resp = await handler(request)
-        except web.HTTPException as exc:
-            if exc.status == 404:
-                resp = error(404, "not_found", f"no route {request.method} {request.path}",
-                             hint="see GET /v1/openapi.json")
-            elif exc.status == 405:
-                resp = error(405, "method_not_allowed", f"{request.method} is not allowed on {request.path}")
-            else:
-                raise
-        except ConduitError as exc:
-            resp = error(404, "not_found", exc.message, exc.hint)
-        return _redacted(resp, redactor)
-
-    return guard
 
 
 class Agent:
@@ -384,7 +313,7 @@ class Agent:
         extra = set(handlers) - {(r.method, r.path) for r in ROUTES}
         if missing or extra:
             raise RuntimeError(f"routes and handlers differ: without a handler {missing}, undocumented {extra}")
-        app = web.Application(middlewares=[_guard(os.getuid(), self.redactor)], client_max_size=64 * 1024)
+        app = web.Application(middlewares=[guard_middleware(os.getuid(), self.redactor)], client_max_size=64 * 1024)
         for route in ROUTES:
             h = handlers[(route.method, route.path)]
             if route.method == "GET":

@@ -20,6 +20,8 @@ What one event batch does:
    the new backups and removed from the old ones (``conduit.daemon.sync.scrub``).
    **The routing file changed** (``conduit.daemon.sync.routed``) -> a full sync when the agent's decision moves
    the tools of the profile in force (to the ``[fallback]`` or back); logged with the tools to restart.
+   **A channel's model-list cache changed** (``conduit.daemon.sync.catalogs``) -> a full sync when the models
+   it lists differ from those the last full sync read (new context windows reach the tools).
 2. **A tool's file changed** -> conduit's own write (same digest as after the sync) is ignored; otherwise a
    dry-run sync of that tool tells drift from nothing (``conduit.daemon.sync.drift``); with
    ``on_drift = "reapply"`` the profile is written back, within the re-apply budget.
@@ -45,6 +47,7 @@ from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.config.routing import read_routing, reading_problem, routing_path
 from conduit.daemon.config.sources import key_file_path
+from conduit.daemon.sync.catalogs import CatalogKey, catalog_files, catalog_key
 from conduit.daemon.sync.drift import REAPPLY_LIMIT, REAPPLY_WINDOW_S, ToolTrack, drift_record
 from conduit.daemon.sync.engine import SyncReport, ToolReport, sync
 from conduit.daemon.sync.progress import LoopProgress
@@ -133,6 +136,8 @@ class SyncDaemon:
         self.routing_path = routing_path()  # the agent's fallback decision (conduit.daemon.sync.routed)
         self.route: RouteKey | None = None
         self.routing_problem: str | None = None  # why the routing file could not be read, as last logged
+        self.catalogs: CatalogKey | None = None  # the model lists the last full sync read (sync.catalogs)
+        self.catalog_files: set[Path] = set()
         self.ready = threading.Event()
         self.progress = LoopProgress()
         self.syncs = 0
@@ -243,10 +248,12 @@ class SyncDaemon:
         routed = self.routing_path in files and self.profile is not None and \
             route_key(self.profile, read_routing(self.routing_path)) != self.route
         self._note_routing_problem()
-        if touched or routed:
-            trigger = "routing" if not touched else "key" if not files & {self.profile_path} else "profile"
+        listed = self._catalogs_moved(files)
+        if touched or routed or listed:
+            trigger = ("routing" if routed else "models") if not touched else \
+                "key" if not files & {self.profile_path} else "profile"
             self._reload_and_sync(trigger=trigger, batch=batch,
-                                  force=_RESYNC in batch or bool(files & self.key_files) or routed)
+                                  force=_RESYNC in batch or bool(files & self.key_files) or routed or listed)
             touched = True
             files = {p for p in batch if isinstance(p, Path)}  # with the events a settle wait added
         tool_events: dict[str, set[Path]] = {}
@@ -328,7 +335,18 @@ class SyncDaemon:
             del chans[gone]
         return keys
 
+    def _catalogs_moved(self, files: set[Path]) -> bool:
+        """A model-list cache event whose lists differ from those the last full sync read. An event that
+        changes nothing re-watches (the first cache write creates the models directory, to be watched)."""
+        if not files & self.catalog_files or self.profile is None:
+            return False
+        if catalog_key(self.profile) != self.catalogs:
+            return True
+        self._rewatch()
+        return False
+
     def _full_sync(self, profile: LoadedProfile, trigger: str) -> None:
+        self.catalogs = catalog_key(profile)  # read before the sync: a list written after it brings one more
         keys = self._read_keys(profile)
         rotated = [old for ch, old in self.keys.items() if old and keys.get(ch) and keys[ch] != old]
         report = sync(profile, env=self.env, backups=redacting_store(rotated, self.options.backups),
@@ -368,6 +386,8 @@ class SyncDaemon:
 
     def _rewatch(self) -> None:
         files: set[Path] = {self.profile_path, self.routing_path}
+        self.catalog_files = catalog_files(self.profile) if self.profile is not None else set()
+        files |= self.catalog_files
         self.key_files = set()
         if self.profile is not None:
             for ch in self.profile.model.channels.values():

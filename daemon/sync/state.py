@@ -14,7 +14,7 @@ Shape (``version`` 1), the JSON of ``SyncState``::
       "daemon": {"pid": 1234, "started_at": "...", "debounce_ms": 50, "watching": ["/home/u/.claude", ...]},
       "profile": {"path": "...", "ok": true, "error": null, "error_at": null, "applied_at": "...",
                   "on_drift": "report"},
-      "last_sync": {"at": "...", "trigger": "start" | "profile" | "key" | "drift" | "rotate", "ok": true},
+      "last_sync": {"at": "...", "trigger": "start" | "profile" | "key" | "routing" | "models" | "drift" | "rotate", "ok": true},
       "channels": {"taotoken": {"key_fingerprint": "sk-...c3f9", "key_error": null}},
       "tools": {
         "claude_code": {
