@@ -11,6 +11,7 @@ pyzmq, uvicorn and argparse print on vLLM's behalf.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -27,7 +28,7 @@ class Diagnosis:
         kind: a stable machine name (``gpu_memory``, ``gpu_memory_changed``, ``kv_cache_none``,
             ``kv_cache_max_len``, ``max_model_len_too_long``, ``cuda_oom``, ``port_in_use``,
             ``internal_port_in_use``, ``model_not_found``, ``weights_not_found``, ``tokenizer_not_found``,
-            ``unknown_argument``, ``invalid_argument``, ``startup_timeout``, ``exited``, ...).
+            ``unknown_argument``, ``invalid_argument``, ``tool_parser``, ``startup_timeout``, ``exited``, ...).
         reason: one line saying what went wrong, with the numbers vLLM gave.
         fix: one concrete change to make, naming the ``[vllm]`` key.
     """
@@ -306,3 +307,23 @@ def arguments(text: str) -> Diagnosis | None:
     choices = re.search(r"\(choose from ([^)]*)\)", why)
     fix = f"fix {where}" + (f": one of {choices.group(1)}" if choices else "")
     return Diagnosis("invalid_argument", f"vLLM refused {flag}: {why.split(' (choose')[0]}", fix)
+
+
+def tool_parser(text: str) -> Diagnosis | None:
+    """vLLM refuses its tool-call or reasoning parser at start-up (0.6 .. 0.32): ``KeyError: invalid tool call
+    parser: NAME (chose from { a,b,... })`` (``validate_api_server_args``, ``vllm/entrypoints/launchers/
+    launcher.py`` in 0.32, ``api_server.py`` before), ``invalid reasoning parser: NAME`` (same place), and
+    ``--enable-auto-tool-choice requires --tool-call-parser`` (``validate_parsed_serve_args``, ``cli_args.py``)."""
+    if "--enable-auto-tool-choice requires --tool-call-parser" in text:
+        return Diagnosis("tool_parser", "vLLM refused --enable-auto-tool-choice without --tool-call-parser",
+                         "set [vllm].tool_call_parser too (`conduit doctor --deep` names the parser for the "
+                         "model's family, e.g. \"hermes\" for Qwen), or enable_auto_tool_choice = false")
+    m = re.search(r"invalid (tool call|reasoning) parser: (\S+) \(chose from \{ ?([^}]*?) ?\}\)", text)
+    if not m:
+        return None
+    what, name, known = m.group(1), m.group(2), [k.strip() for k in m.group(3).split(",") if k.strip()]
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f" (closest: {', '.join(close)})" if close else ""
+    where = "[vllm].tool_call_parser" if what == "tool call" else "--reasoning-parser in [vllm].extra_args"
+    return Diagnosis("tool_parser", f"this vLLM has no {what} parser named {name!r}{hint}",
+                     f"set {where} to one of: {', '.join(known)}")

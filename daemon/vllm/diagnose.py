@@ -48,7 +48,7 @@ def diagnose(
         *(functools.partial(rule, text) for rule in _RULES),
         lambda: causes.ports(text, port), lambda: causes.model_missing(text, model),
         lambda: causes.weights_missing(text, model), lambda: causes.tokenizer_missing(text, model),
-        lambda: causes.arguments(text)]
+        lambda: causes.arguments(text), lambda: causes.tool_parser(text)]
     for rule in rules:
         try:
             d = rule()
