@@ -39,10 +39,12 @@ ANTHROPIC_CALL = {"id": "msg_1", "type": "message", "role": "assistant", "model"
 
 class StandIn:
     """A loopback gateway: ``GET .../models`` answers 200; ``POST`` answers ``answer`` (status, JSON body) after
-    ``delay_s``; every POST is recorded as ``(path, headers, body)``."""
+    ``delay_s`` (``messages``, when given, on ``.../v1/messages``); every POST is recorded as ``(path, headers,
+    body)``."""
 
-    def __init__(self, answer: tuple[int, Any], delay_s: float = 0.0) -> None:
-        self.answer, self.delay_s = answer, delay_s
+    def __init__(self, answer: tuple[int, Any], delay_s: float = 0.0,
+                 messages: tuple[int, Any] | None = None) -> None:
+        self.answer, self.delay_s, self.messages = answer, delay_s, messages
         self.posts: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         me = self
 
@@ -65,8 +67,9 @@ class StandIn:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
                 me.posts.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 time.sleep(me.delay_s)
+                answer = me.messages if me.messages and self.path.endswith("/messages") else me.answer
                 try:
-                    self._send(*me.answer)
+                    self._send(*answer)
                 except OSError:
                     pass  # the client gave up first
 
@@ -84,8 +87,8 @@ class StandIn:
 def stand_in() -> Any:
     made: list[StandIn] = []
 
-    def make(answer: tuple[int, Any], delay_s: float = 0.0) -> StandIn:
-        made.append(StandIn(answer, delay_s))
+    def make(answer: tuple[int, Any], delay_s: float = 0.0, messages: tuple[int, Any] | None = None) -> StandIn:
+        made.append(StandIn(answer, delay_s, messages))
         return made[-1]
 
     yield make
@@ -235,6 +238,20 @@ def test_pairs_checked_are_deduplicated_with_who_uses_them(temp_home: Path) -> N
     assert uses == {("a", "m1"): ["model", "tools.cline"], ("a", "s1"): ["small_model", "tools.cline.small_model",
                                                                         "tools.claude_code.small_model"],
                     ("a", "m2"): ["tools.claude_code"], ("b", "m1"): ["fallback"]}
+
+
+def test_a_channel_of_both_protocols_is_asked_over_each_its_tools_speak(temp_home: Path, stand_in: Any) -> None:
+    anthropic_text = {**ANTHROPIC_CALL, "stop_reason": "end_turn", "content": [{"type": "text", "text": "Sunny."}]}
+    gw = stand_in((200, OPENAI_CALL), messages=(200, anthropic_text))  # tool calls over OpenAI only
+    write(temp_home, gateway_profile(gw.url, extra="\n[tools.cline]\n[tools.claude_code]\n"))
+    rc, _, rep = doctor(temp_home, "--json")
+    got = {(c["protocol"], c["verdict"], tuple(c["used_by"])) for c in checks(rep)}
+    assert got == {("openai", "tool_call", ("model", "tools.cline")),
+                   ("anthropic", "text_only", ("model", "tools.claude_code"))}
+    assert sorted(p for p, _, _ in gw.posts) == ["/v1/chat/completions", "/v1/messages"] and rc == 1
+    write(temp_home, gateway_profile(gw.url, extra="\n[tools.cline]\n"))  # no Anthropic user: one request
+    rc, _, rep = doctor(temp_home, "--json")
+    assert [(c["protocol"], c["verdict"]) for c in checks(rep)] == [("openai", "tool_call")] and rc == 0
 
 
 def test_an_oversized_answer_is_read_only_up_to_the_cap(temp_home: Path, stand_in: Any) -> None:

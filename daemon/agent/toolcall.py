@@ -9,12 +9,14 @@ Which (channel, model) pairs: the profile's ``model`` and ``small_model`` on its
 fallback channel. Duplicates are sent once; ``used_by`` lists who uses the pair. The small model is included
 because Claude Code runs subagents (Explore) on it, with tools.
 
-What is sent (``max_tokens`` 64, one user message ``PROMPT``, one tool ``get_weather``):
-- a channel speaking ``openai``: ``POST <root>/<version>/chat/completions`` with ``tools: [{type: "function",
+What is sent (``max_tokens`` 64, one user message ``PROMPT``, one tool ``get_weather``), over each protocol the
+pair's users speak on that channel (Cline and Codex OpenAI, Claude Code Anthropic; OpenAI when the channel
+speaks it for a user without a tool):
+- OpenAI: ``POST <root>/<version>/chat/completions`` with ``tools: [{type: "function",
   function: {name, description, parameters}}]`` and ``tool_choice: "auto"``, as coding tools send it (a named
   ``tool_choice`` would be forced through vLLM's guided decoding even without a tool parser, so it would not
   prove what tools need);
-- otherwise Anthropic Messages: ``POST <root>/v1/messages`` with ``tools: [{name, description, input_schema}]``
+- Anthropic Messages: ``POST <root>/v1/messages`` with ``tools: [{name, description, input_schema}]``
   and ``anthropic-version: 2023-06-01``.
 The key goes in the channel's header style (``Authorization: Bearer`` or ``x-api-key``). Each request is bounded
 by ``TIMEOUT_S`` (or the channel's smaller ``timeout``) as a whole, and at most ``MAX_BODY_BYTES`` of the answer
@@ -142,7 +144,9 @@ def model_uses(profile: LoadedProfile) -> dict[tuple[str, str], list[str]]:
 
 def checks_for(profile: LoadedProfile) -> tuple[list[ToolCheck], dict[str, str]]:
     """The requests to send for ``profile``, and ``{channel: why}`` for channels that cannot be resolved (a key
-    source that fails). OpenAI is used when the channel speaks it, else Anthropic. Never raises."""
+    source that fails). Each pair is checked over every protocol its users speak there (``_protocols``): a
+    channel that speaks both is asked over OpenAI for Cline and over Anthropic Messages for Claude Code.
+    Never raises."""
     resolver = Resolver(profile)
     checks: list[ToolCheck] = []
     problems: dict[str, str] = {}
@@ -152,13 +156,47 @@ def checks_for(profile: LoadedProfile) -> tuple[list[ToolCheck], dict[str, str]]
         except ConduitError as exc:
             problems[channel] = str(exc)
             continue
-        protocol: Literal["openai", "anthropic"] = "openai" if "openai" in rc.roots else "anthropic"
         timeout = min(TIMEOUT_S, rc.timeout_s or TIMEOUT_S)
-        target = ProbeTarget(channel=channel, protocol=protocol, root=rc.roots[protocol], key=rc.key,
-                             auth=rc.auth, timeout_s=timeout)
         local = profile.vllm if channel in profile.implicit_channels else None
-        checks.append(ToolCheck(target, model, tuple(who), local))
+        for protocol, users in _protocols(profile, who, set(rc.roots)).items():
+            target = ProbeTarget(channel=channel, protocol=protocol, root=rc.roots[protocol], key=rc.key,
+                                 auth=rc.auth, timeout_s=timeout)
+            checks.append(ToolCheck(target, model, tuple(users), local))
     return checks, problems
+
+
+Wire = Literal["openai", "anthropic"]
+
+
+def _protocols(profile: LoadedProfile, who: list[str], speaks: set[str]) -> dict[Wire, list[str]]:
+    """``{protocol: users}`` for one (channel, model) pair. A tool (``tools.X``) is asked over its adapter's
+    protocol when the channel speaks it; the fallback's users over the protocols of the tools that fall back
+    (enabled, ``fallback`` not false, on the primary channel); the profile's ``model``/``small_model`` ride on
+    the pair's tools' protocols. Whatever is left gets OpenAI when the channel speaks it, else Anthropic. A
+    protocol is listed once, users in their order."""
+    from conduit.adapters.registry import ADAPTERS  # lazy: the registry loads an adapter per entry read
+
+    default: Wire = "openai" if "openai" in speaks else "anthropic"
+    prof = profile.model
+
+    def wire_of(tool: str) -> Wire:
+        wire = getattr(ADAPTERS.get(tool), "protocol", None)
+        return wire if wire in speaks else default
+
+    tool_wires = [wire_of(u.split(".")[1]) for u in who if u.startswith("tools.")]
+    falling = [wire_of(t) for t, cfg in prof.tools.items()
+               if cfg.enabled and cfg.fallback and (cfg.channel or prof.channel) == prof.channel]
+    out: dict[Wire, list[str]] = {}
+    for user in who:
+        if user.startswith("tools."):
+            wires = [wire_of(user.split(".")[1])]
+        elif user.startswith("fallback"):
+            wires = falling or [default]
+        else:
+            wires = tool_wires or [default]
+        for wire in dict.fromkeys(wires):
+            out.setdefault(wire, []).append(user)
+    return out
 
 
 async def _read_bounded(resp: httpx.Response) -> bytes:
