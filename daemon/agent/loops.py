@@ -362,10 +362,19 @@ class Keeper:
             self._refuse_vllm(new)
             return
         self.vllm_problem = None
-        self.cluster = await follow_cluster(self.cluster, new, self.vllm, paths.state_dir() / "vllm", self._gpu_total)
+        before = self.cluster
+        self.cluster = await follow_cluster(before, new, None, paths.state_dir() / "vllm", self._gpu_total)
         if not serves_api(new):
             new = None  # a Ray worker node launches no vLLM: the head's uses it through Ray
         sup = self.vllm
+        if sup is not None and new is not None and self.cluster is not None and self.cluster is not before:
+            # a new (or changed) Ray group: its vLLM starts when the keeper finds the group whole, not now
+            log.info("[vllm.cluster] is new: stopping this vLLM; the group's starts once every node has joined")
+            try:
+                await sup.aclose(stop_vllm=True)
+            finally:
+                self.vllm, self._vllm_task = None, None
+            sup = None
         if new is None:
             if sup is not None:
                 log.info("the profile has no [vllm] table any more: stopping vLLM")
@@ -387,6 +396,8 @@ class Keeper:
             self._vllm_task = asyncio.create_task(sup.run(), name="vllm")
             log.info("supervising vLLM for model %s at %s", new.name, new.base_url)
             return
+        if self.cluster is not None and self.cluster.supervisor is None and self.cluster.head:
+            self.cluster.attach(sup)
         if await sup.apply_settings(new):
             log.info("the profile's [vllm] settings changed: vLLM relaunched")
 
