@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from isolation import env_for_subprocess
 
 from conduit.adapters.base import Env
 from conduit.daemon.config.profile import load_profile
@@ -19,6 +22,7 @@ from conduit.daemon.config.routing import (
     RoutingDecision,
     RoutingReader,
     decision,
+    kept_path,
     profile_key,
     read_routing,
     routing_path,
@@ -138,7 +142,7 @@ def test_fallback_channel_without_the_tools_protocol_keeps_it(profile_file: Path
     assert r.tool_settings("claude_code").channel == "local"  # "oai" speaks no anthropic
 
 
-@pytest.mark.parametrize("bad", [b"", b"{not json", b'{"version": 1}', b"\xff\xfe", b"x" * 70000])
+@pytest.mark.parametrize("bad", [b"", b"{not json", b'{"version": 1}', b"\xff\xfe", b"x" * 70000, b"[" * 60000])
 def test_unreadable_file_keeps_the_last_good_decision(profile_file: Path, bad: bytes) -> None:
     d = fallback_now(profile_file)
     reader = RoutingReader()
@@ -146,9 +150,28 @@ def test_unreadable_file_keeps_the_last_good_decision(profile_file: Path, bad: b
     routing_path().write_bytes(bad)
     assert reader.read() == d
     assert reader.problem and str(routing_path()) in reader.problem
-    assert RoutingReader().read() is None  # a reader that never saw a good one: no decision
+    fresh = RoutingReader()  # a process that never read a good one: the agent's kept copy
+    assert fresh.read() == d and fresh.problem and "stays in force" in fresh.problem
+    kept_path(routing_path()).unlink()
+    lost = RoutingReader()
+    assert lost.read() is None and lost.problem and "tools use the primary" in lost.problem
     os.unlink(routing_path())
     assert reader.read() is None and reader.problem is None
+
+
+def test_a_one_shot_sync_keeps_the_fallback_when_the_file_is_damaged(profile_file: Path, temp_home: Path) -> None:
+    """A fresh `conduit sync` process (no memory of earlier reads) finds the file empty: tools stay routed."""
+    fallback_now(profile_file)
+    env = env_for_subprocess(temp_home)
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    settings = temp_home / ".claude" / "settings.json"
+    assert r.returncode == 0 and "claude-sonnet-4-20250514" in settings.read_text(), r.stderr
+    routing_path().write_bytes(b"")  # damaged (an editor, a full disk)
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "claude-sonnet-4-20250514" in settings.read_text() and "9100" in settings.read_text()
 
 
 def test_written_file_is_the_documented_shape(profile_file: Path) -> None:

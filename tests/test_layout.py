@@ -78,3 +78,29 @@ def test_mypy_sees_a_wrong_cross_module_call(tmp_path: Path) -> None:
     probe.write_text("from conduit.units import format_bytes\n\ns: str = format_bytes(1)\n", encoding="utf-8")
     good = subprocess.run([*mypy, "probe_wrong_call.py"], cwd=tree, capture_output=True, text=True, timeout=280)
     assert good.returncode == 0, good.stdout + good.stderr
+
+
+def test_the_wheel_holds_every_module(tmp_path: Path) -> None:
+    """A non-editable install (``pip install .``, the README's) gets every module of the tree: the wheel is built
+    for real (setuptools, no network) and its file list compared with the sources. An editable install hides a
+    package left out of ``[tool.setuptools] packages``."""
+    src = tmp_path / "src"  # a copy of the tracked files: setuptools' build/ of the checkout may hold old files
+    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, check=True).stdout.splitlines()
+    for name in tracked:
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    [wheel] = (tmp_path / "dist").glob("conduit-*.whl")
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    roots = {"daemon": "conduit/daemon", "adapters": "conduit/adapters", "conduit": "conduit"}
+    missing = sorted(f"{roots[p.relative_to(ROOT).parts[0]]}/{p.relative_to(ROOT / p.relative_to(ROOT).parts[0])}"
+                     for p in _sources() if "__pycache__" not in p.parts)
+    missing = [m for m in missing if m not in names]
+    assert missing == [], f"left out of the wheel (pyproject [tool.setuptools] packages): {missing}"

@@ -26,7 +26,9 @@ waiting for the agent).
 Reading (``RoutingReader.read``) is bounded (``MAX_BYTES``) and tolerant: a missing file means no decision
 (primary); a file that is empty, unparseable, too large or of another shape *now* is not a decision for the
 primary: the reader keeps the last good decision it read from that path (a torn read never flips every tool),
-and says why in ``RoutingReader.problem``. ``read_routing`` uses one reader per process.
+or, in a process that has read none yet (a one-shot ``conduit sync``, a restarted daemon), the copy the agent
+writes beside the file at each decision (``kept_path``: ``routing.kept.json``), and says why in
+``RoutingReader.problem``. ``read_routing`` uses one reader per process.
 """
 
 from __future__ import annotations
@@ -126,19 +128,41 @@ def decision(active: Active, why: str, profile_path: str, primary: str, fallback
 
 
 def write_routing(d: RoutingDecision, path: Path | None = None) -> Path:
-    """Write ``d`` atomically (mode 0600) to ``path`` (default ``routing_path()``); returns the path.
+    """Write ``d`` atomically (mode 0600) to ``path`` (default ``routing_path()``), and the same bytes to its
+    ``kept_path`` first (what a process that starts while the file is damaged uses); returns the path.
 
     Raises:
         ConduitError: the state directory cannot be written (names the file and what to check).
     """
     path = path or routing_path()
+    data = (d.model_dump_json(indent=2) + "\n").encode("utf-8")
     try:
         make_private_dirs(path.parent)
-        atomic_write(path, (d.model_dump_json(indent=2) + "\n").encode("utf-8"), 0o600)
+        atomic_write(kept_path(path), data, 0o600)  # first: a reader that finds the file damaged reads this
+        atomic_write(path, data, 0o600)
     except OSError as exc:
         raise ConduitError(f"{path}: cannot write the routing decision: {exc.strerror or exc}",
                            hint=f"check that {path.parent} is writable by this user") from exc
     return path
+
+
+def kept_path(path: Path) -> Path:
+    """The copy of the last decision the agent wrote, beside ``path``: ``routing.json`` -> ``routing.kept.json``."""
+    return path.with_name(path.stem + ".kept" + path.suffix)
+
+
+def _parse(path: Path) -> RoutingDecision:
+    """The decision in ``path``. Raises FileNotFoundError, ConduitError (not a regular file, over ``MAX_BYTES``,
+    unreadable), or ValueError naming what is wrong with its content (no JSON, nested too deeply, not a
+    decision)."""
+    raw = read_regular_file(path, max_bytes=MAX_BYTES, what="routing file")
+    try:
+        return RoutingDecision.model_validate(json.loads(raw.decode("utf-8")))
+    except RecursionError:
+        raise ValueError(f"{path}: not a routing decision (nested too deeply)") from None
+    except (ValueError, ValidationError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+        raise ValueError(f"{path}: not a routing decision ({first or 'empty file'})") from None
 
 
 class RoutingReader:
@@ -154,30 +178,33 @@ class RoutingReader:
         self._good: dict[str, RoutingDecision] = {}
 
     def read(self) -> RoutingDecision | None:
-        """The decision in the file; None when there is none (no file); the last good one when it cannot be read
-        now (None when there was none). Never raises."""
+        """The decision in the file; None when there is none (no file); when it cannot be read now, the last
+        good one this reader saw, else the agent's kept copy (``kept_path``), else None. Never raises."""
         path = self.path or routing_path()
         where = str(path)
         try:
-            raw = read_regular_file(path, max_bytes=MAX_BYTES, what="routing file")
+            got = _parse(path)
         except FileNotFoundError:
             self.problem = None
             self._good.pop(where, None)
             return None
         except ConduitError as exc:
-            return self._keep(where, exc.message)
-        try:
-            got = RoutingDecision.model_validate(json.loads(raw.decode("utf-8")))
-        except (ValueError, ValidationError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
-            return self._keep(where, f"{path}: not a routing decision ({first or 'empty file'})")
+            return self._keep(path, exc.message)
+        except ValueError as exc:
+            return self._keep(path, str(exc))
         self.problem = None
         self._good[where] = got
         return got
 
-    def _keep(self, where: str, problem: str) -> RoutingDecision | None:
+    def _keep(self, path: Path, problem: str) -> RoutingDecision | None:
         self.problem = problem + "; the last good decision stays in force"
-        return self._good.get(where)
+        good = self._good.get(str(path))
+        if good is None:
+            try:
+                good = self._good[str(path)] = _parse(kept_path(path))
+            except (OSError, ConduitError, ValueError):
+                self.problem = problem + "; no earlier decision is known, so tools use the primary"
+        return good
 
 
 _READER = RoutingReader()
@@ -199,5 +226,5 @@ def reading_problem() -> str | None:
     return _READER.problem
 
 
-__all__ = ["MAX_BYTES", "VERSION", "FallbackRoute", "RoutingDecision", "RoutingReader", "decision",
+__all__ = ["MAX_BYTES", "VERSION", "FallbackRoute", "RoutingDecision", "RoutingReader", "decision", "kept_path",
            "profile_key", "read_routing", "reading_problem", "routing_path", "write_routing"]
