@@ -38,6 +38,9 @@ def test_parse_plain_and_junk() -> None:
     assert parse_models(junk) == [ModelInfo("m"), ModelInfo("n", 2048)]
     assert parse_models({"error": "nope"}) == [] and parse_models("text") == []
     assert parse_models([{"id": "bare"}]) == [ModelInfo("bare")]
+    absurd = {"data": [{"id": "big", "context_length": 1e30, "top_provider": {"max_completion_tokens": 2**63}},
+                       {"id": "ok", "max_model_len": 1 << 30}]}
+    assert parse_models(absurd) == [ModelInfo("big"), ModelInfo("ok", 1 << 30)]  # no model has 1e30 tokens
 
 
 @pytest.fixture
@@ -152,6 +155,9 @@ def test_damaged_or_huge_cache_is_no_cache(temp_home: Path) -> None:
         assert catalog.read_cache("gw") is None
     path.write_bytes(b" " * (catalog.CACHE_MAX_BYTES + 1))
     assert catalog.read_cache("gw") is None
+    path.write_bytes(b"[" * 100_000)  # under the cap, too deep for the JSON parser
+    assert catalog.read_cache("gw") is None
+    assert catalog.remember("gw", "http://x/v1", b"[" * 100_000) is None
     assert catalog.cache_path("a/../b").name == "a_.._b.json"
 
 
@@ -276,3 +282,11 @@ def test_an_ok_probe_of_the_agent_refreshes_the_cache(temp_home: Path, vllm_serv
     assert asyncio.run(probe()) is Verdict.OK
     got = catalog.read_cache("gw", f"{vllm_server.url}/v1")
     assert got is not None and got.find("qwen-coder-7b") == ModelInfo("qwen-coder-7b", 4096)
+
+
+@pytest.mark.parametrize("stamp", [9_999_999_999.0, float("nan"), float("inf")])
+def test_a_cache_stamped_by_a_wrong_clock_is_stale(temp_home: Path, stamp: float) -> None:
+    got = Catalog("gw", "http://x/v1", stamp, (ModelInfo("m", 7777),))
+    assert got.age_s() == float("inf")
+    assert Catalog("gw", "http://x/v1", 1000.0, ()).age_s(now=1010.0) == 10.0
+    assert Catalog("gw", "http://x/v1", 1100.0, ()).age_s(now=1000.0) == 0.0  # a little skew: fresh

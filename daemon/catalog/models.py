@@ -23,6 +23,7 @@ stale cache, ``conduit use``) keep their start-up light.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -46,6 +47,10 @@ FETCH_TIMEOUT_S = 3.0
 REMEMBER_REFRESH_S = 60.0
 """An unchanged answer rewrites the cache (new ``fetched_at``) at most this often, seconds."""
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+MAX_TOKENS_FIGURE = 1 << 30
+"""The largest context or output figure believed (tokens; about a billion, far beyond any model's)."""
+CLOCK_SKEW_S = 300.0
+"""How far in the future a cache's ``fetched_at`` may lie before the cache counts as stale (seconds)."""
 
 
 class CatalogError(ConduitError):
@@ -88,8 +93,12 @@ class Catalog:
         return next((m for m in self.models if m.id == model), None)
 
     def age_s(self, now: float | None = None) -> float:
-        """Seconds since the fetch (never negative)."""
-        return max(0.0, (time.time() if now is None else now) - self.fetched_at)
+        """Seconds since the fetch; infinite (stale) when ``fetched_at`` is not a number or lies more than
+        ``CLOCK_SKEW_S`` in the future (a cache stamped by a wrong clock must not stay fresh for ever)."""
+        age = (time.time() if now is None else now) - self.fetched_at
+        if not math.isfinite(age) or age < -CLOCK_SKEW_S:
+            return math.inf
+        return max(0.0, age)
 
 
 def models_base(roots: dict[str, Root]) -> str | None:
@@ -103,13 +112,15 @@ def models_base(roots: dict[str, Root]) -> str | None:
 
 
 def _positive_int(value: Any) -> int | None:
-    """``value`` when it is a positive integer (or an integral float), else None. Booleans are not numbers."""
+    """``value`` when it is a positive integer (or an integral float) of at most ``MAX_TOKENS_FIGURE``, else None
+    (a figure no model has: tools write it into files whose integers are 64-bit, and it would mean nothing).
+    Booleans are not numbers."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int) and value > 0:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 < value <= MAX_TOKENS_FIGURE:
         return value
-    if isinstance(value, float) and value.is_integer() and value > 0:
-        return int(value)
     return None
 
 
@@ -230,8 +241,8 @@ def fetch(channel: ResolvedChannel, *, timeout_s: float = FETCH_TIMEOUT_S) -> Ca
     body = _get(url, _headers(channel), timeout_s)
     try:
         data = json.loads(bytes(body))
-    except ValueError:
-        raise CatalogError(f"GET {url}: the answer is not JSON") from None
+    except (ValueError, RecursionError):
+        raise CatalogError(f"GET {url}: the answer is not JSON (or nested too deeply)") from None
     return Catalog(channel.name, base, time.time(), tuple(parse_models(data)))
 
 
@@ -258,7 +269,7 @@ def read_cache(channel: str, base_url: str | None = None) -> Catalog | None:
                                  _positive_int(m.get("max_output_tokens"))) for m in doc["models"]
                        if isinstance(m, dict) and isinstance(m.get("id"), str))
         got = Catalog(str(doc["channel"]), str(doc["base_url"]), float(doc["fetched_at"]), models)
-    except (OSError, ConduitError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ConduitError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     if got.channel != channel or (base_url is not None and got.base_url != base_url):
         return None
@@ -291,7 +302,7 @@ def remember(channel: str, base_url: str, body: bytes) -> Catalog | None:
             return cached
         got = Catalog(channel, base_url, time.time(), models)
         write_cache(got)
-    except (ValueError, OSError):
+    except (ValueError, OSError, RecursionError):
         return None
     return got
 
