@@ -35,6 +35,8 @@ BAD, GOOD, UNKNOWN = Evidence(False, "down"), Evidence(True, "up"), Evidence(Non
     (REMOTE, None, {"openai": "server_error"}, False),
     (REMOTE, None, {"openai": "ok", "anthropic": "pending"}, None),
     (REMOTE, None, {"openai": "rate_limited"}, None),  # a 429 says nothing about the channel being down
+    (REMOTE, None, {"openai": "config"}, None),  # a key source failing in the agent: the profile's problem
+    (REMOTE, None, {"openai": "config", "anthropic": "refused"}, False),
     (REMOTE, None, {"openai": "rate_limited", "anthropic": "ok"}, None),
     (REMOTE, None, {"openai": "rate_limited", "anthropic": "refused"}, False),
     (LOCAL, "starting", {"openai": "refused"}, False),  # starting again after it was ready

@@ -9,7 +9,8 @@ Evidence (``assess``), from what the agent already keeps:
                 also the supervised vLLM's first start since the agent began (``starting``, never yet ``ready``:
                 a slowly loading model refuses probes until it serves, and must not flip tools at every boot;
                 bounded by the supervisor's ``startup_timeout_s``, after which it is ``failed``), and a probe
-                answered ``rate_limited`` (HTTP 429 says nothing about the channel being down).
+                answered ``rate_limited`` (HTTP 429 says nothing about the channel being down) or ``config`` (the
+                agent cannot resolve the channel, e.g. its key source fails: a profile problem, not an outage).
     The supervisor records no "stopped because the person asked" flag, so ``stopped`` (``conduit vllm stop``)
     stays unhealthy: tools go to the fallback after ``after_s``.
 
@@ -46,8 +47,10 @@ TICK_S = 0.25
 PROBE_EVERY_S = 1.0
 """The supervised ``local`` primary is probed at least this often (seconds) while a ``[fallback]`` is configured."""
 
-NO_EVIDENCE = (Verdict.PENDING, Verdict.RATE_LIMITED)
-"""Probe verdicts that say nothing about whether the primary is up."""
+NO_EVIDENCE = (Verdict.PENDING, Verdict.RATE_LIMITED, Verdict.CONFIG)
+"""Probe verdicts that say nothing about whether the primary is up: not probed yet, rate limited (HTTP 429), and
+``config`` (the agent could not resolve the channel, e.g. its key source failed in the agent's environment: the
+gateway may be fine, and a person must fix the profile; moving every tool to a paid fallback would hide it)."""
 
 
 @dataclass(frozen=True)
