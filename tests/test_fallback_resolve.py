@@ -31,6 +31,7 @@ from conduit.daemon.config.routing import (
 from conduit.daemon.sync.doctor import doctor
 from conduit.daemon.sync.engine import sync
 from conduit.daemon.sync.loop import DaemonOptions, SyncDaemon
+from conduit.errors import ConduitError
 
 PROFILE = """version = 1
 channel = "local"
@@ -241,3 +242,24 @@ def test_doctor_warns_about_an_unreadable_routing_file(profile_file: Path) -> No
     assert len(warnings) == 1 and "not a routing decision" in warnings[0], warnings
     os.unlink(routing_path())
     assert not [w for w in doctor(profile_file)["warnings"] if w.startswith("routing: ")]
+
+
+@pytest.mark.parametrize(("model", "small", "words"), [
+    ('"claude-sonnet-4 "', None, None),  # trimmed, as the profile's own `model`
+    ('"claude-sonnet-4\\u200b"', None, "U+200B"),
+    ('"claude sonnet"', None, "position 6"),
+    ('"claude-sonnet-4"', '""', "cannot be empty"),
+])
+def test_fallback_model_ids_are_checked_like_the_profiles(profile_file: Path, model: str, small: str | None,
+                                                          words: str | None) -> None:
+    text = PROFILE.replace('model = "claude-sonnet-4-20250514"', f"model = {model}", 1)
+    if small is not None:
+        text = text.replace('small_model = "claude-3-5-haiku-20241022"', f"small_model = {small}", 1)
+    profile_file.write_text(text)
+    if words is None:
+        fallback = load_profile(profile_file).model.fallback
+        assert fallback is not None and fallback.model == "claude-sonnet-4"
+        return
+    with pytest.raises(ConduitError) as e:
+        load_profile(profile_file)
+    assert "fallback." in e.value.message and words in e.value.message, e.value.message

@@ -15,12 +15,8 @@ from typing import Any
 import tomlkit
 from tomlkit.items import Item
 
-from conduit.daemon.config.profile import (
-    LoadedProfile,
-    check_model_id,
-    load_profile,
-    parse_profile,
-)
+from conduit.daemon.config.fields import check_model_id
+from conduit.daemon.config.profile import LoadedProfile, load_profile, parse_profile
 from conduit.daemon.config.resolve import require_channel
 from conduit.errors import BadArguments, ProfileError
 from conduit.fileio import atomic_write

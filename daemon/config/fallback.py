@@ -16,11 +16,9 @@ fallback channel and model while that decision says ``fallback``.
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from conduit.daemon.config.fields import Float
+from conduit.daemon.config.fields import Float, ModelId
 
 DEFAULT_AFTER_S = 20.0
 """Seconds the primary must stay unhealthy before tools switch, and healthy before they switch back."""
@@ -43,6 +41,6 @@ class FallbackSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     channel: str
-    model: Annotated[str, Field(min_length=1)]
-    small_model: str | None = None
+    model: ModelId
+    small_model: ModelId | None = None
     after_s: Float = Field(default=DEFAULT_AFTER_S, gt=0, le=MAX_AFTER_S)

@@ -9,11 +9,14 @@ number of seconds has an upper bound.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, StrictBool, StrictInt
+from pydantic import AfterValidator, BeforeValidator, StrictBool, StrictInt
 
-__all__ = ["MAX_SECONDS", "Bool", "Float", "Int", "refuse_bool", "refuse_bool_int"]
+from conduit.daemon.config.normalize import describe_chars
+
+__all__ = ["MAX_SECONDS", "Bool", "Float", "Int", "ModelId", "check_model_id", "refuse_bool", "refuse_bool_int"]
 
 MAX_SECONDS = 86400.0
 """Upper bound of a duration in the ``[vllm]`` table, seconds (one day); far above any real one, and finite
@@ -44,3 +47,22 @@ Float = Annotated[float, BeforeValidator(refuse_bool)]
 
 Bool = StrictBool
 """``true`` or ``false``, not ``1`` or ``"yes"``."""
+
+
+def check_model_id(value: str) -> str:
+    """A model id as gateways name them: surrounding whitespace dropped; empty, inner whitespace, control or
+    invisible characters refused (they would be sent verbatim and answered 404 "model not found").
+
+    Raises:
+        ValueError: with the character named (pydantic turns it into the profile error).
+    """
+    text = value.strip()
+    if not text:
+        raise ValueError("a model id cannot be empty")
+    for pos, ch in enumerate(text):
+        if ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            raise ValueError(f"a model id cannot hold {describe_chars(ch)} (position {pos})")
+    return text
+
+
+ModelId = Annotated[str, AfterValidator(check_model_id)]

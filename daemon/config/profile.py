@@ -37,7 +37,6 @@ atomic write are in ``conduit.daemon.config.edit``) and validated with pydantic.
 from __future__ import annotations
 
 import difflib
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,15 +44,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tomlkit
 import tomlkit.exceptions
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from conduit.adapters.base import Root
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config import paths
 from conduit.daemon.config.fallback import FallbackSettings
-from conduit.daemon.config.fields import Bool, Float, Int, refuse_bool_int
+from conduit.daemon.config.fields import Bool, Float, Int, ModelId, refuse_bool_int
 from conduit.daemon.config.lines import where_in
-from conduit.daemon.config.normalize import describe_chars, normalize_base_url
+from conduit.daemon.config.normalize import normalize_base_url
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.sources import KeySource, key_source_from
 from conduit.daemon.config.tomlwords import toml_problem
@@ -67,23 +66,6 @@ if TYPE_CHECKING:  # imported where a [vllm] table is read: its pydantic models 
 ProtocolName = Literal["openai", "anthropic", "gemini"]
 
 
-def check_model_id(value: str) -> str:
-    """A model id as gateways name them: surrounding whitespace dropped; empty, inner whitespace, control or
-    invisible characters refused (they would be sent verbatim and answered 404 "model not found").
-
-    Raises:
-        ValueError: with the character named (pydantic turns it into the profile error).
-    """
-    text = value.strip()
-    if not text:
-        raise ValueError("a model id cannot be empty")
-    for pos, ch in enumerate(text):
-        if ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
-            raise ValueError(f"a model id cannot hold {describe_chars(ch)} (position {pos})")
-    return text
-
-
-ModelId = Annotated[str, AfterValidator(check_model_id)]
 
 
 DEFAULT_PROTOCOLS: tuple[ProtocolName, ...] = ("openai", "anthropic")
