@@ -422,3 +422,18 @@ def test_init_refuses_an_unknown_template_even_with_tools_present(temp_home: Pat
     r = conduit(temp_home, "init", "--template", "nope")
     assert r.returncode == 3 and "no starter profile `nope`" in r.stderr, r.stdout + r.stderr
     assert not (temp_home / ".config" / "conduit" / "profile.toml").exists()
+
+
+def test_a_profile_saved_with_a_bom_is_read_and_a_repeated_key_names_its_line(temp_home: Path) -> None:
+    profile = write_profile(temp_home, tools=("claude_code",))
+    text = profile.read_text()
+    profile.write_bytes(b"\xef\xbb\xbf" + text.encode())  # Notepad's "UTF-8 with BOM"
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 0, r.stderr
+    assert "byte order mark" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    assert json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]["ANTHROPIC_MODEL"]
+    twice = text.rstrip("\n") + '\nmodel = "a"\nmodel = "b"\n'  # repeated inside [tools.claude_code]
+    profile.write_text(twice)
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 1 and f"profile.toml:{len(twice.splitlines())}: not valid TOML" in r.stderr, r.stderr
+    assert 'Key "model" already exists' in r.stderr and "remove one of the two lines" in r.stderr

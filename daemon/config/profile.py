@@ -37,6 +37,7 @@ atomic write are in ``conduit.daemon.config.edit``) and validated with pydantic.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,8 +230,24 @@ def read_profile_text(path: Path) -> str:
                            "save it as UTF-8") from None
 
 
+def _second_line(text: str, message: str) -> str:
+    """``:N`` for the line that repeats the key tomlkit names in ``message`` (``Key "model" already exists.``,
+    raised for a key repeated inside a table): the last line that assigns it; empty when fewer than two lines
+    assign it (a dotted spelling)."""
+    m = re.match(r'Key "([^"]+)" already exists', message)
+    if not m:
+        return ""
+    pattern = re.compile(rf'^\s*(?:"{re.escape(m.group(1))}"|{re.escape(m.group(1))})\s*=')
+    hits = [n for n, line in enumerate(text.splitlines(), 1) if pattern.match(line)]
+    return f":{hits[-1]}" if len(hits) > 1 else ""
+
+
 def parse_profile(text: str, path: Path) -> LoadedProfile:
-    """Validate profile ``text`` read from ``path`` (see ``load_profile``)."""
+    """Validate profile ``text`` read from ``path`` (see ``load_profile``). A byte order mark that an editor put
+    in front (Windows Notepad's "UTF-8 with BOM") is dropped with a notice: TOML has none, and tomlkit read it as
+    a key name."""
+    bom = text.startswith("\ufeff")
+    text = text.removeprefix("\ufeff")
     try:
         doc = tomlkit.parse(text)
         data = doc.unwrap()
@@ -241,6 +258,9 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
             f"{path}:{at}: not valid TOML ({problem.where()}): {problem.reason}",
             "fix that line and save again; the tools were left as they are",
         ) from None
+    except tomlkit.exceptions.KeyAlreadyPresent as exc:
+        raise ProfileError(f"{path}{_second_line(text, str(exc))}: not valid TOML: {exc}",
+                           "remove one of the two lines; the tools were left as they are") from None
     except (tomlkit.exceptions.TOMLKitError, RecursionError) as exc:  # e.g. a table defined twice
         raise ProfileError(f"{path}: not valid TOML: {exc}",
                            "fix the file; the tools were left as they are") from None
@@ -251,6 +271,9 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
     except ValidationError as exc:
         raise _profile_error(exc, path, text, data) from None
     loaded = LoadedProfile(model=model, path=path, text=text)
+    if bom:
+        loaded.notices.append(f"{path} starts with a byte order mark (saved as \"UTF-8 with BOM\"): read without "
+                              "it; save it as plain UTF-8 to silence this")
     _load_vllm(loaded)
     _check_references(loaded)
     _normalize_roots(loaded)
