@@ -114,3 +114,17 @@ def test_sync_refreshes_a_stale_cache_and_goes_on_without_one(temp_home: Path, s
     assert r.returncode == 0, r.stderr
     notes = [line for line in r.stderr.splitlines() if "not refreshed" in line]
     assert len(notes) == 1 and KEY not in r.stderr
+
+
+def test_model_ids_are_shown_as_the_gateway_wrote_them(temp_home: Path) -> None:
+    """An id that looks like rich markup is printed as written (`conduit use` needs it verbatim), and terminal
+    control sequences in an id from the gateway never reach the terminal raw."""
+    srv = ModelServer({"object": "list", "data": [{"id": "[bold]x[/bold]"}, {"id": "evil\x1b]0;owned\x07\x1b[2J"}]})
+    try:
+        write_profile(temp_home, srv.url, tools=(), model="[bold]x[/bold]")
+        r = conduit(temp_home, "models")
+    finally:
+        srv.close()
+    assert r.returncode == 0, r.stderr
+    assert "[bold]x[/bold]" in r.stdout and "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert "evil\\x1b]0;owned\\x07\\x1b[2J" in r.stdout

@@ -15,7 +15,7 @@ from rich.markup import escape as esc
 
 from conduit.daemon.catalog.models import Catalog, cache_max_age_s, current
 from conduit.daemon.cli.app import state
-from conduit.daemon.cli.console import make_console
+from conduit.daemon.cli.console import make_console, shown
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import require_channel, resolve_channel
 from conduit.errors import BadArguments, ConduitError
@@ -54,13 +54,13 @@ def models_cmd(
         return 0
     from rich.table import Table  # lazy for start-up speed
 
-    table = Table("model", "context (tokens)", "max output (tokens)", title=f"{name}: {cat.base_url}/models "
-                  f"({cat.age_s():.0f} s old)")
+    table = Table("model", "context (tokens)", "max output (tokens)", title=f"{shown(name)}: "
+                  f"{shown(cat.base_url)}/models ({cat.age_s():.0f} s old)")
     for m in cat.models:
-        table.add_row(m.id, str(m.context_window or "?"), str(m.max_output_tokens or "?"))
+        table.add_row(shown(m.id), str(m.context_window or "?"), str(m.max_output_tokens or "?"))
     out.print(table)
     if not cat.models:
-        out.print(f"{name} lists no models")
+        out.print(f"{shown(name)} lists no models")
     return 0
 
 
