@@ -128,3 +128,14 @@ def test_model_ids_are_shown_as_the_gateway_wrote_them(temp_home: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "[bold]x[/bold]" in r.stdout and "\x1b" not in r.stdout and "\x07" not in r.stdout
     assert "evil\\x1b]0;owned\\x07\\x1b[2J" in r.stdout
+
+
+def test_sync_warns_about_a_model_the_channel_does_not_list(temp_home: Path, server: ModelServer) -> None:
+    write_profile(temp_home, server.url, tools=(), model="qwen-codr-7b", small_model=None, extra="[tools.codex]\ncreate = true\n")
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 0, r.stderr  # a warning: the list may be partial, the person decides
+    assert "model `qwen-codr-7b` is not among the models channel `gw` lists" in r.stderr, r.stderr
+    assert "did you mean `qwen-coder-7b`?" in r.stderr
+    write_profile(temp_home, server.url, tools=(), model="qwen-coder-7b", small_model=None, extra="[tools.codex]\ncreate = true\n")
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 0 and "is not among" not in r.stderr, r.stderr

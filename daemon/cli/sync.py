@@ -7,6 +7,7 @@ as its fingerprint only.
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from typing import Any
@@ -18,12 +19,12 @@ from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.catalog.context import refresh_stale
-from conduit.daemon.catalog.models import cache_max_age_s
+from conduit.daemon.catalog.models import cache_max_age_s, models_base, read_cache
 from conduit.daemon.cli.app import state
 from conduit.daemon.cli.console import make_console, print_diff
 from conduit.daemon.config import paths
 from conduit.daemon.config.edit import use_model
-from conduit.daemon.config.profile import did_you_mean, load_profile
+from conduit.daemon.config.profile import LoadedProfile, did_you_mean, load_profile
 from conduit.daemon.config.redaction import REDACTOR, redact_data
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.sync.engine import SyncReport, sync
@@ -83,6 +84,8 @@ def sync_cmd(
     resolver = Resolver(profile)
     for line in refresh_stale(resolver, tool or list(profile.model.tools), max_age_s=cache_max_age_s()):
         err.print(f"[yellow]note[/] {esc(line)}")  # bounded (3 s a channel); the sync goes on without it
+    for line in unlisted_models(profile, tool or list(profile.model.tools)):
+        err.print(f"[yellow]warning[/] {esc(line)}")
     report = sync(profile, tools=tool or None, dry_run=dry_run, force=force, resolver=resolver)
     if not dry_run:
         _record_without_daemon(report, "conduit sync")
@@ -91,6 +94,31 @@ def sync_cmd(
     else:
         _print_sync(report, dry_run)
     return 0 if report.ok else 1
+
+
+def unlisted_models(profile: LoadedProfile, tools: list[str]) -> list[str]:
+    """A line per (channel, model) the enabled ``tools`` use whose channel's cached model list (the agent's
+    probe or ``conduit models`` keep it; read only, no request) is not empty and lacks the model: a typo in a
+    hand edit is otherwise answered 404 by the gateway at the tool's first request. Only the cache is read."""
+    prof = profile.model
+    pairs: dict[tuple[str, str], None] = {}
+    for name in tools:
+        cfg = prof.tools.get(name)
+        if cfg is None or not cfg.enabled:
+            continue
+        for model in (cfg.model or prof.model, cfg.small_model or prof.small_model):
+            if model:
+                pairs[(cfg.channel or prof.channel, model)] = None
+    lines = []
+    for channel, model in pairs:
+        roots = profile.roots.get(channel)
+        cached = read_cache(channel, models_base(roots)) if roots else None
+        if cached is None or not cached.models or cached.find(model) is not None:
+            continue
+        close = difflib.get_close_matches(model, [m.id for m in cached.models], n=1, cutoff=0.6)
+        lines.append(f"model `{model}` is not among the models channel `{channel}` lists ({cached.base_url}/models)"
+                     + (f"; did you mean `{close[0]}`?" if close else "") + f" (`conduit models {channel}`)")
+    return lines
 
 
 def _record_without_daemon(report: SyncReport, trigger: str) -> None:
