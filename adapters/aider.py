@@ -11,7 +11,9 @@ Facts (Aider-AI/aider ``aider/main.py``, ``aider/args.py``; aider.chat docs "YAM
   (litellm's ``openai/`` prefix routes any model name to that endpoint).
 - The key: ``openai-api-key`` in the same YAML (exported as ``OPENAI_API_KEY``, replacing one from the shell
   or a ``.env``). conduit keeps it in Aider's own file (0600) rather than in ``~/.env``, which other programs
-  (Gemini CLI among them) read too. ``weak-model`` follows the profile's ``small_model`` when one is set.
+  (Gemini CLI among them) read too. ``weak-model`` follows the profile's ``small_model`` when one is set; with
+  none set (back from a fallback channel, or removed from the profile), the value conduit wrote goes and the one
+  it replaced comes back, while a value the person changed since stays (``conduit.adapters.limits`` records).
 - Aider reads its configuration at start-up.
 - Model metadata: Aider loads ``~/.aider.model.metadata.json``, then the git root's and the working folder's,
   then ``--model-metadata-file`` (``aider/main.py`` ``register_litellm_models``, ``generate_search_path_list``;
@@ -43,10 +45,12 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.jsonfile import json_target
+from conduit.adapters.jsonfile import json_target, parse_json_object
+from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.masking import shown
 from conduit.adapters.outranks import Blocker, git_root, read_env_quietly
 from conduit.adapters.textformats import parse_yaml, tool_version, yaml_target
+from conduit.errors import ToolFileError
 
 SECRETS = ("openai-api-key",)
 ENV_OVERRIDES = {"openai-api-base": "AIDER_OPENAI_API_BASE", "model": "AIDER_MODEL",
@@ -85,8 +89,8 @@ class Aider(AdapterDefaults):
     display_name: ClassVar[str] = "Aider"
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = ("~/.aider.conf.yml: openai-api-base, openai-api-key, model, weak-model",
-                                             "~/.aider.model.metadata.json: openai/<model> (removed when the "
-                                             "limits are unknown)")
+                                             "~/.aider.model.metadata.json: openai/<model> (conduit's keys; the "
+                                             "person's values come back when unknown)")
     restart_hint: ClassVar[str | None] = "restart Aider: it reads its configuration at start-up"
     Options: ClassVar[type[BaseModel]] = AiderOptions
     env_vars: ClassVar[tuple[str, ...]] = tuple(ENV_OVERRIDES.values())
@@ -104,13 +108,24 @@ class Aider(AdapterDefaults):
         if settings.small_model:
             wanted["weak-model"] = f"openai/{settings.small_model}"
 
+        ledger = settings.limits or LimitLedger()
+
         def transform(doc: Any) -> None:
-            for k, v in wanted.items():
-                if doc.get(k) != v:
+            # weak-model is conduit's only while it holds what conduit wrote (conduit.adapters.limits): with no
+            # small_model now (back from a fallback channel, or removed), that value goes and the person's comes back
+            weak = ledger.settle(path, "weak-model", doc.get("weak-model", ABSENT), wanted.get("weak-model"))
+            for k, v in {**wanted, "weak-model": weak}.items():
+                if v is ABSENT:
+                    doc.pop(k, None)
+                elif doc.get(k) != v:
                     doc[k] = v
 
-        targets: list[Target] = [yaml_target(path, transform, secret_keys=SECRETS, label=path.name)]
-        if (settings.context_window is not None or settings.max_output_tokens is not None
+        conf = yaml_target(path, transform, secret_keys=SECRETS, label=path.name)
+        targets: list[Target] = [conf]
+        refused = _not_plain_json(metadata_path(env))
+        if refused:
+            conf.notices = (*conf.notices, refused)
+        elif (settings.context_window is not None or settings.max_output_tokens is not None
                 or metadata_path(env).exists()):  # limits unknown now: conduit's stale entry is removed
             targets.append(_metadata_target(env, settings))
         return targets
@@ -180,29 +195,65 @@ def metadata_path(env: Env) -> Path:
     return env.home / ".aider.model.metadata.json"
 
 
+def _not_plain_json(path: Path) -> str | None:
+    """A one-line notice when the metadata file exists and is not plain JSON, else None. Aider reads it as JSON5
+    (``aider/models.py`` imports ``json5``), so comments, unquoted keys and trailing commas are the person's
+    right there; conduit edits plain JSON only (it would lose them) and leaves such a file alone, without
+    failing the rest of Aider's sync."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        parse_json_object(text, path=path)
+    except (OSError, UnicodeDecodeError):  # missing, or unreadable: the writer says which
+        return None
+    except ToolFileError:
+        return (f"left {path} unchanged: it is not plain JSON (comments, unquoted keys or trailing commas, "
+                "which Aider's JSON5 reader accepts), so conduit did not write the model's context limits there; "
+                "convert it to plain JSON to let conduit manage limits there")
+    return None
+
+
+_METADATA_FIXED = (("litellm_provider", "openai"), ("mode", "chat"))
+
+
 def _metadata_target(env: Env, settings: ToolSettings) -> Target:
     """The ``openai/<model>`` entry of the home metadata file with the known limits (litellm's keys; the
     output limit is also ``max_tokens``, litellm's older name); other entries and keys are kept. The input limit
     is the context less the output limit when both are known (the context is prompt + output, and Aider checks
-    the prompt against ``max_input_tokens``). A limit unknown now is removed from the entry (a limit of the
-    previous channel must not stay), and an entry left with nothing but conduit's keys is removed."""
+    the prompt against ``max_input_tokens``). Each key conduit writes is a slot of ``settings.limits``
+    (``conduit.adapters.limits``): the value it replaced (the person's own entry) comes back when the limits
+    become unknown or another model is the profile's, a key conduit added goes then, and an entry emptied so
+    goes too; a value the person changed since is kept."""
     ctx, out = settings.context_window, settings.max_output_tokens
     limits: dict[str, int | None] = {"max_input_tokens": ctx if out is None or ctx is None else max(1, ctx - out),
                                      "max_output_tokens": out, "max_tokens": out}
-    wanted = {"litellm_provider": "openai", "mode": "chat", **{k: v for k, v in limits.items() if v is not None}}
+    known = any(v is not None for v in limits.values())
+    wanted: dict[str, Any] = {**{k: v if known else None for k, v in _METADATA_FIXED}, **limits}
+    ledger = settings.limits or LimitLedger()
+    path = metadata_path(env)
 
     def transform(doc: dict[str, Any]) -> dict[str, Any]:
-        key = f"openai/{settings.model}"
-        got = doc.get(key)
-        old = {k: v for k, v in (got if isinstance(got, dict) else {}).items() if k not in limits or k in wanted}
-        new = {**old, **wanted} if len(wanted) > 2 else old
-        if set(new) - {"litellm_provider", "mode"}:
-            doc[key] = new
-        else:
-            doc.pop(key, None)
+        ledger.begin(path)
+        entries: dict[str, dict[str, Any]] = {f"openai/{settings.model}": dict(wanted)}
+        for slot in ledger.owned(path):  # conduit's keys in entries of models no longer the profile's
+            entry, _, sub = slot.rpartition(".")
+            entries.setdefault(entry, {}).setdefault(sub, None)
+        for entry, subs in entries.items():
+            got = doc.get(entry)
+            if got is not None and not isinstance(got, dict):
+                continue  # not an entry litellm reads: left as it is
+            new = dict(got or {})
+            for sub, value in subs.items():
+                settled = ledger.settle(path, f"{entry}.{sub}", new.get(sub, ABSENT), value)
+                if settled is ABSENT:
+                    new.pop(sub, None)
+                else:
+                    new[sub] = settled
+            if new:
+                doc[entry] = new
+            elif got:
+                doc.pop(entry)
         return doc
 
-    path = metadata_path(env)
     return json_target(path, transform, secret_keys=(), mode=0o644, label=path.name)
 
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
+from conduit.adapters.limits import LimitLedger
 from conduit.adapters.outranks import Blocker
 
 __all__ = [
@@ -82,6 +83,9 @@ class ToolSettings:
             channel's ``GET /v1/models`` reports), or None when unknown: an adapter writes it where the tool has
             such a setting and writes nothing when None.
         max_output_tokens: the model's output limit in tokens, or None when unknown (same rules).
+        limits: what conduit wrote last into each limit key of this tool (``conduit.adapters.limits``): a
+            render removes or replaces only values still its own. None (an adapter called directly): a fresh,
+            empty ledger, so no value found in a file is taken for conduit's.
     """
 
     tool: str
@@ -95,6 +99,7 @@ class ToolSettings:
     options: Mapping[str, Any] = field(default_factory=dict)
     context_window: int | None = None
     max_output_tokens: int | None = None
+    limits: LimitLedger | None = field(default=None, compare=False, repr=False)
 
     @property
     def key_or_placeholder(self) -> str:
@@ -198,7 +203,8 @@ Target = TextTarget | SqliteTarget
 TAKE_CURRENT = "_take_current"
 """The option the sync engine adds for an adapter that ``keeps_user_choice`` (CC Switch; never the profile: its
 ``Options`` refuses it there): True when conduit should take the tool's own selection back (the profile's choice
-changed since the last sync, or ``--force``). Here, not in cc_switch.py, so the engine need not import that
+changed since the last sync, or ``--force``); ``"conduit"`` when only the fallback routing moved the tool, so
+the selection moves only when it is one of conduit's own providers; False otherwise. Here, not in cc_switch.py, so the engine need not import that
 adapter (and psutil, sqlite) to name it."""
 
 

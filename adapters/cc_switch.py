@@ -16,7 +16,8 @@ the old key or model back. Facts (shared/formats/cc-switch.md, read from farion1
 Coexistence: a provider chosen in CC Switch's own window is the user's choice. ``plan`` keeps conduit's row
 current in content, but marks it current (both layers) only when the sync engine says the profile's choice for
 CC Switch changed since the last sync, or ``conduit sync --force`` (the engine's ``TAKE_CURRENT`` option), or
-when no provider is current at all. ``selected_provider`` says which provider CC Switch has selected (doctor).
+when no provider is current at all. A fallback routing switch alone moves "current" only between conduit's own
+rows (``FROM_CONDUIT``), never away from a provider the user picked. ``selected_provider`` says which provider CC Switch has selected (doctor).
 """
 
 from __future__ import annotations
@@ -69,7 +70,22 @@ class CCSwitchOptions(BaseModel):
 
 
 # TAKE_CURRENT (imported above from base, where the engine names it): True when conduit should take
-# ``is_current`` back (the profile's choice changed since the last sync, or ``--force``).
+# ``is_current`` back (the profile's choice changed since the last sync, or ``--force``); FROM_CONDUIT when only
+# the fallback routing moved the tool to another channel: then "current" moves from one of conduit's rows to the
+# new one, never away from a provider the user picked; False: keep whatever is current.
+FROM_CONDUIT = "conduit"
+TakeMode = bool | str
+
+
+def _take_mode(value: Any) -> TakeMode:
+    """The engine's ``TAKE_CURRENT`` value: ``FROM_CONDUIT``, else its truth (True when absent)."""
+    return FROM_CONDUIT if value == FROM_CONDUIT else bool(value)
+
+
+def _may_take(take: TakeMode, current: list[str]) -> bool:
+    """Whether conduit's row may become current while ``current`` (provider ids) are: ``take`` True, or
+    ``FROM_CONDUIT`` and every current one is conduit's (``conduit-<channel>``)."""
+    return take is True or (take == FROM_CONDUIT and all(c.startswith("conduit-") for c in current))
 
 
 def provider_id(channel: str) -> str:
@@ -120,7 +136,7 @@ class CCSwitch(AdapterDefaults):
         """The provider row (or legacy JSON entry) and the current-provider layer. Raises NotFound when CC Switch's
         store is missing (conduit never creates it)."""
         options = dict(settings.options)
-        take = bool(options.pop(TAKE_CURRENT, True))
+        take = _take_mode(options.pop(TAKE_CURRENT, True))
         opts = CCSwitchOptions.model_validate(options)
         d = self.store_dir(env, options)
         db = d / "cc-switch.db"
@@ -131,7 +147,8 @@ class CCSwitch(AdapterDefaults):
                                                   label="cc-switch.db", mode=0o600 if settings.key else None)]
             if opts.make_current:
                 def current(doc: dict[str, Any]) -> dict[str, Any]:
-                    if take or not doc.get("currentProviderClaude"):  # else: the user's choice in CC Switch
+                    now = doc.get("currentProviderClaude")
+                    if not now or _may_take(take, [str(now)]):  # else: the user's choice in CC Switch
                         doc["currentProviderClaude"] = pid
                     return doc
 
@@ -255,9 +272,10 @@ def _cc_switch_running() -> bool:
 
 
 def _row_writer(settings: ToolSettings, pid: str, make_current: bool,
-                take: bool = True) -> Callable[[sqlite3.Connection, bool], list[str]]:
+                take: TakeMode = True) -> Callable[[sqlite3.Connection, bool], list[str]]:
     """Build the SqliteTarget.apply function: upsert conduit's row, keep every column conduit does not own.
-    ``take``: mark the row current even when another provider is (else only when none is)."""
+    ``take``: mark the row current even when another provider is (``FROM_CONDUIT``: only when that one is
+    conduit's; else only when none is)."""
     wanted_env = anthropic_env(settings)
     name = f"conduit: {settings.channel}"
 
@@ -300,7 +318,8 @@ def _row_writer(settings: ToolSettings, pid: str, make_current: bool,
         if make_current:
             others = conn.execute("SELECT id FROM providers WHERE app_type = ? AND is_current AND id != ?",
                                   (APP_TYPE, pid)).fetchall()
-            if (take and (others or row is None or not row[3])) or (not take and not others and not (row and row[3])):
+            may = _may_take(take, [str(o[0]) for o in others])
+            if (may and (others or row is None or not row[3])) or (not may and not others and not (row and row[3])):
                 conn.execute("UPDATE providers SET is_current = (id = ?) WHERE app_type = ?", (pid, APP_TYPE))
                 changes.append(f"current {APP_TYPE} provider: {', '.join(o[0] for o in others) or '(none)'} -> {pid}")
         return changes
@@ -320,7 +339,7 @@ def _loads(text: str | None, where: str) -> dict[str, Any]:
 
 
 def _legacy_transform(settings: ToolSettings, pid: str, make_current: bool,
-                      take: bool = True) -> Callable[[dict[str, Any]], dict[str, Any]]:
+                      take: TakeMode = True) -> Callable[[dict[str, Any]], dict[str, Any]]:
     wanted_env = anthropic_env(settings)
 
     def transform(doc: dict[str, Any]) -> dict[str, Any]:
@@ -333,7 +352,7 @@ def _legacy_transform(settings: ToolSettings, pid: str, make_current: bool,
         entry["settingsConfig"] = {**config, "env": merge_env(config.get("env"), wanted_env)}
         providers[pid] = entry
         claude["providers"] = providers
-        if make_current and (take or not claude.get("current")):
+        if make_current and (not claude.get("current") or _may_take(take, [str(claude.get("current"))])):
             claude["current"] = pid
         doc["claude"] = claude
         return doc

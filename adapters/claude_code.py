@@ -37,6 +37,7 @@ from conduit.adapters.base import (
     ToolSettings,
 )
 from conduit.adapters.jsonfile import json_target, read_json_quietly
+from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.masking import shown
 from conduit.adapters.outranks import Blocker
 from conduit.adapters.textformats import tool_version
@@ -63,7 +64,8 @@ def anthropic_env(settings: ToolSettings) -> dict[str, str | None]:
 
     Shared by Claude Code's settings.json and CC Switch's claude provider rows (which hold the same object).
     Every model slot points at a model the gateway serves: the aliases (sonnet, opus) at the main model, the
-    haiku (background) slot at ``small_model`` or else the main model.
+    haiku (background) slot at ``small_model`` or else the main model. ``API_TIMEOUT_MS`` is the channel's
+    ``timeout`` in milliseconds, ``None`` (remove) when the channel sets none.
     """
     key = settings.key_or_placeholder
     auth_var = "ANTHROPIC_API_KEY" if settings.auth == "x-api-key" else "ANTHROPIC_AUTH_TOKEN"
@@ -76,8 +78,9 @@ def anthropic_env(settings: ToolSettings) -> dict[str, str | None]:
     env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = settings.small_model or settings.model
     for var in DEPRECATED_VARS:
         env[var] = None
-    if settings.timeout_s is not None:
-        env["API_TIMEOUT_MS"] = str(int(settings.timeout_s * 1000))
+    # With no channel timeout now (a fallback channel's, or one removed from the profile) conduit's value must not
+    # stay behind: removed here (CC Switch's row is conduit's); Claude Code's settings.json checks ownership first.
+    env["API_TIMEOUT_MS"] = str(int(settings.timeout_s * 1000)) if settings.timeout_s is not None else None
     return env
 
 
@@ -125,12 +128,17 @@ class ClaudeCode(AdapterDefaults):
         """One JSON target: merge the owned ``env`` entries into settings.json, keep everything else."""
         wanted = anthropic_env(settings)
         path = self.settings_path(env)
+        ledger = settings.limits or LimitLedger()
 
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
             if "env" in doc and not isinstance(doc["env"], dict):
                 raise ToolFileError(f"{path}: `env` is a {type(doc['env']).__name__}, not an object",
                                     "Claude Code expects \"env\": {...}; fix it by hand, conduit left the file alone")
-            doc["env"] = merge_env(doc.get("env"), wanted)
+            # API_TIMEOUT_MS is conduit's only while it holds what conduit wrote (conduit.adapters.limits): with
+            # no channel timeout now, that value goes (the one it replaced comes back); the person's own stays
+            timeout = ledger.settle(path, "env.API_TIMEOUT_MS", _env_of(doc).get("API_TIMEOUT_MS", ABSENT),
+                                    wanted["API_TIMEOUT_MS"])
+            doc["env"] = merge_env(doc.get("env"), {**wanted, "API_TIMEOUT_MS": None if timeout is ABSENT else timeout})
             return doc
 
         return [json_target(path, transform, secret_keys=SECRET_VARS, label="settings.json")]

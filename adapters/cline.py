@@ -41,6 +41,7 @@ from conduit.adapters.base import (
     Unsupported,
 )
 from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
+from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "openai-compatible"
@@ -111,16 +112,19 @@ def utc_stamp() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
-def _limits(settings: ToolSettings) -> dict[str, int]:
-    """``{"contextWindow": N, "maxTokens": M}`` with only the limits ``settings`` knows."""
-    return {k: v for k, v in (("contextWindow", settings.context_window), ("maxTokens", settings.max_output_tokens))
-            if v is not None}
-
-
-def _merged_limits(old: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
-    """``old`` updated with ``wanted``, less ``contextWindow`` / ``maxTokens`` where ``wanted`` has none (the
-    limit is unknown now: one of the previous model or channel must not stay)."""
-    return {**{k: v for k, v in old.items() if k not in _LIMIT_KEYS or k in wanted}, **wanted}
+def _merged_limits(old: dict[str, Any], settings: ToolSettings, ledger: LimitLedger, path: Path,
+                   where: str) -> dict[str, Any]:
+    """``old`` (the object at ``where`` in ``path``) with ``contextWindow`` / ``maxTokens`` where known; an
+    unknown one goes only while it is still what conduit wrote (the value it replaced comes back), so one the
+    person or Cline's own settings window set stays (``conduit.adapters.limits``). Other keys kept, in order."""
+    new = dict(old)
+    for key, wanted in zip(_LIMIT_KEYS, (settings.context_window, settings.max_output_tokens), strict=True):
+        value = ledger.settle(path, f"{where}.{key}", new.get(key, ABSENT), wanted)
+        if value is ABSENT:
+            new.pop(key, None)
+        else:
+            new[key] = value
+    return new
 
 
 _LIMIT_KEYS = ("contextWindow", "maxTokens")
@@ -135,10 +139,11 @@ class Cline(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "globalState.json: planModeApiProvider, actModeApiProvider, openAiBaseUrl, planModeOpenAiModelId, "
-        "actModeOpenAiModelId", "{plan,act}ModeOpenAiModelInfo.{contextWindow,maxTokens} (removed when unknown)",
+        "actModeOpenAiModelId", "{plan,act}ModeOpenAiModelInfo.{contextWindow,maxTokens} (while conduit's: a "
+        "value set in Cline is kept)",
         "secrets.json: openAiApiKey",
         "settings/providers.json: lastUsedProvider, providers.openai-compatible.settings.{provider,apiKey,model,"
-        "baseUrl}, and .{contextWindow,maxTokens} (removed when unknown)",
+        "baseUrl}, and .{contextWindow,maxTokens} (while conduit's: a value set in Cline is kept)",
     )
     discover_rank: ClassVar[int] = 1  # conduit init reads Claude Code, Cline, then CC Switch
     restart_hint: ClassVar[str | None] = ("reload Cline (VS Code: Developer: Reload Window; CLI: start a new session): "
@@ -175,16 +180,20 @@ class Cline(AdapterDefaults):
             "actModeOpenAiModelId": settings.model,
         }
 
-        limits = _limits(settings)
+        ledger = settings.limits or LimitLedger()
+        path = data / "globalState.json"
 
         def state(doc: dict[str, Any]) -> dict[str, Any]:
             doc.update(owned_state)
+            ledger.begin(path)
             for k in ("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"):
                 old = doc.get(k)
-                new = _merged_limits(old if isinstance(old, dict) else {}, limits)
+                if old is not None and not isinstance(old, dict):
+                    continue  # not Cline's object: left as it is
+                new = _merged_limits(old or {}, settings, ledger, path, k)
                 if new:
                     doc[k] = new
-                elif isinstance(old, dict):  # only conduit's limits were in it: Cline's defaults apply again
+                elif old:  # only conduit's limits were in it: Cline's defaults apply again
                     del doc[k]
             return doc
 
@@ -193,7 +202,7 @@ class Cline(AdapterDefaults):
             return doc
 
         return [
-            json_target(data / "globalState.json", state, secret_keys=SECRET_KEYS, mode=0o644,  # holds no key
+            json_target(path, state, secret_keys=SECRET_KEYS, mode=0o644,  # holds no key
                         label="globalState.json"),
             json_target(data / "secrets.json", secrets, secret_keys=SECRET_KEYS, label="secrets.json"),
         ]
@@ -204,17 +213,19 @@ class Cline(AdapterDefaults):
             "apiKey": settings.key_or_placeholder,
             "model": settings.model,
             "baseUrl": settings.root.openai_base(),
-            **_limits(settings),
         }
+        ledger = settings.limits or LimitLedger()
+        path = providers_path(env)
 
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
+            ledger.begin(path)
             doc.setdefault("version", 1)
             doc["lastUsedProvider"] = PROVIDER_ID
             where = f"{providers_path(env)}: providers"
             providers = as_object(doc.get("providers"), where=where)
             entry = dict(as_object(providers.get(PROVIDER_ID), where=f"{where}.{PROVIDER_ID}"))
             old = as_object(entry.get("settings"), where=f"{where}.{PROVIDER_ID}.settings")
-            new = _merged_limits(old, wanted)
+            new = _merged_limits({**old, **wanted}, settings, ledger, path, f"providers.{PROVIDER_ID}.settings")
             # Cline's own key order for a new entry: settings, updatedAt, tokenSource.
             entry = {"settings": new, **{k: v for k, v in entry.items() if k != "settings"}}
             if new != old or "updatedAt" not in entry:
@@ -225,7 +236,7 @@ class Cline(AdapterDefaults):
             doc["providers"] = providers
             return doc
 
-        return json_target(providers_path(env), transform, secret_keys=SECRET_KEYS, label="providers.json")
+        return json_target(path, transform, secret_keys=SECRET_KEYS, label="providers.json")
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: generations found, files, owned values (key masked)."""

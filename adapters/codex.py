@@ -46,6 +46,7 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
+from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.outranks import Blocker
 from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
 from conduit.adapters.versions import at_least, installed_version
@@ -112,7 +113,7 @@ class Codex(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "config.toml: model, model_provider, model_providers.conduit.{name,base_url,wire_api,env_key,"
-        "experimental_bearer_token}, model_context_window (removed when unknown)",
+        "experimental_bearer_token}, model_context_window (while it is conduit's: a value the person set is kept)",
         f".env: {KEY_VAR}",
     )
     restart_hint: ClassVar[str | None] = "start a new Codex session: it reads config.toml and .env only at start-up"
@@ -135,16 +136,15 @@ class Codex(AdapterDefaults):
             notices = (f"wrote wire_api = \"responses\", not the profile's \"chat\": the installed Codex {version} "
                        "refuses \"chat\" at start-up; the gateway must serve /v1/responses (or remove "
                        "wire_api = \"chat\" from [tools.codex] to silence this)",)
+        path = home / "config.toml"
+        ledger = settings.limits or LimitLedger()
         wanted: dict[str, Any] = {"name": f"conduit ({settings.channel})",
                                   "base_url": settings.root.openai_base(), "wire_api": wire}
 
         def transform(doc: tomlkit.TOMLDocument) -> None:
             _set_root(doc, "model", settings.model)
             _set_root(doc, "model_provider", PROVIDER_ID)
-            if settings.context_window is not None:
-                _set_root(doc, "model_context_window", settings.context_window)
-            elif "model_context_window" in doc:  # unknown now (another model or channel): no stale limit
-                del doc["model_context_window"]
+            _settle_context(doc, ledger, path, settings.context_window)
             providers = doc.get("model_providers")
             if providers is None:
                 providers = tomlkit.table(is_super_table=True)
@@ -170,7 +170,7 @@ class Codex(AdapterDefaults):
                     table["env_key"] = KEY_VAR
 
         # config.toml holds the key only with key_method = "inline"; otherwise it keeps a world-readable mode.
-        config = toml_target(home / "config.toml", transform, secret_keys=SECRETS, mode=0o600 if inline else 0o644,
+        config = toml_target(path, transform, secret_keys=SECRETS, mode=0o600 if inline else 0o644,
                              label="config.toml")
         config.notices = notices
         targets: list[Target] = [config]
@@ -248,6 +248,19 @@ class Codex(AdapterDefaults):
             key, key_files = _read_env(home / ".env").get(str(provider.get("env_key")), ""), (home / ".env",)
         endpoint = "responses" if provider.get("wire_api", "responses") == "responses" else "chat/completions"
         return ClientView(str(provider["base_url"]), key, str(doc.get("model") or ""), endpoint, key_files)
+
+
+def _settle_context(doc: tomlkit.TOMLDocument, ledger: LimitLedger, path: Path, window: int | None) -> None:
+    """``model_context_window``: ``window`` when known; unknown, conduit's own value goes (the person's earlier
+    one comes back) and a value the person set or changed stays, comment and all (``conduit.adapters.limits``)."""
+    ledger.begin(path)
+    got = doc.get("model_context_window", ABSENT)
+    current = got.unwrap() if hasattr(got, "unwrap") else got
+    value = ledger.settle(path, "model_context_window", current, window)
+    if value is ABSENT:
+        doc.pop("model_context_window", None)
+    else:
+        _set_root(doc, "model_context_window", value)
 
 
 def refuses_chat(version: str | None) -> bool:

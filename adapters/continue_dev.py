@@ -35,6 +35,7 @@ from conduit.adapters.base import (
     ToolSettings,
     Unsupported,
 )
+from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.textformats import parse_yaml, yaml_target
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
@@ -68,7 +69,7 @@ class Continue(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = ("config.yaml: models[name=conduit].{provider,model,apiBase,apiKey}, "
                                              "models[name=conduit].defaultCompletionOptions.{contextLength,maxTokens} "
-                                             "(removed when unknown)",)
+                                             "(while conduit's: a value the person set is kept)",)
     restart_hint: ClassVar[str | None] = None  # Continue reloads config.yaml when it changes
     Options: ClassVar[type[BaseModel]] = ContinueOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CONTINUE_GLOBAL_DIR",)
@@ -104,7 +105,7 @@ class Continue(AdapterDefaults):
             for k, v in owned.items():
                 if entry.get(k) != v:
                     entry[k] = v
-            _set_limits(entry, settings)
+            _set_limits(entry, settings, settings.limits or LimitLedger(), path)
 
         return [yaml_target(path, transform, secret_keys=("apiKey",), label="config.yaml")]
 
@@ -134,28 +135,30 @@ class Continue(AdapterDefaults):
                           str(entry.get("model") or ""), key_files=(path,))
 
 
-def _set_limits(entry: Any, settings: ToolSettings) -> None:
-    """``defaultCompletionOptions.contextLength`` / ``maxTokens`` from ``settings`` where known, removed where
-    unknown (a limit of the previous model or channel must not stay); the person's other completion options are
-    kept, and an options map left empty by that removal goes too."""
-    limits = (("contextLength", settings.context_window), ("maxTokens", settings.max_output_tokens))
-    wanted = {k: v for k, v in limits if v is not None}
+def _set_limits(entry: Any, settings: ToolSettings, ledger: LimitLedger, path: Path) -> None:
+    """``defaultCompletionOptions.contextLength`` / ``maxTokens`` from ``settings`` where known. Unknown, a value
+    conduit wrote goes and the one it replaced comes back; a value the person set or changed stays
+    (``conduit.adapters.limits``). The person's other completion options are kept; an options map conduit
+    created and emptied goes too."""
     opts = entry.get("defaultCompletionOptions")
-    if isinstance(opts, dict):
-        for k in (k for k, v in limits if v is None and k in opts):
-            del opts[k]
-        if not opts and not wanted:
-            del entry["defaultCompletionOptions"]
-    if not wanted:
-        return
-    if not isinstance(opts, dict):
+    if opts is not None and not isinstance(opts, dict):
+        return  # not Continue's map: left as it is
+    had_opts = isinstance(opts, dict) and bool(opts)
+    if opts is None:
         from ruamel.yaml.comments import CommentedMap  # lazy, as in transform()
 
         opts = CommentedMap()
+    for key, wanted in (("contextLength", settings.context_window), ("maxTokens", settings.max_output_tokens)):
+        value = ledger.settle(path, f"models[name=conduit].defaultCompletionOptions.{key}", opts.get(key, ABSENT),
+                              wanted)
+        if value is ABSENT:
+            opts.pop(key, None)
+        elif opts.get(key, ABSENT) != value:
+            opts[key] = value
+    if opts and "defaultCompletionOptions" not in entry:
         entry["defaultCompletionOptions"] = opts
-    for k, v in wanted.items():
-        if opts.get(k) != v:
-            opts[k] = v
+    elif not opts and had_opts:
+        del entry["defaultCompletionOptions"]
 
 
 def _models(path: Path) -> tuple[list[Any], str | None]:

@@ -23,6 +23,7 @@ Facts (sst/opencode docs ``config``, ``providers`` ("Custom provider"), and ``pa
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -39,6 +40,8 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
+from conduit.adapters.jsonc import _SpanParser, strip_jsonc
+from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
 from conduit.errors import ToolFileError
 
@@ -86,7 +89,8 @@ class OpenCode(AdapterDefaults):
     protocol: ClassVar[Protocol_] = "openai"
     owned_keys: ClassVar[tuple[str, ...]] = (
         "opencode.json[c]: provider.conduit (npm, name, options.baseURL, options.apiKey, models), model, "
-        "small_model (when the profile sets one), provider.conduit.models.<model>.limit (removed when unknown)",
+        "small_model (when the profile sets one; conduit's value goes when it sets none), "
+        "provider.conduit.models.<model>.limit (removed when unknown)",
         "<conduit config>/tool-keys/<channel>.key (key_source = file)",
     )
     restart_hint: ClassVar[str | None] = "restart OpenCode: it reads its config at start-up"
@@ -124,11 +128,21 @@ class OpenCode(AdapterDefaults):
             out += [((*base, "models", m), _with_limit(known.get(m) or {"name": m}, settings)
                      if m == settings.model else known.get(m) or {"name": m}) for m in models]
             out.append((("model",), f"{PROVIDER_ID}/{settings.model}"))
-            if settings.small_model:
-                out.append((("small_model",), f"{PROVIDER_ID}/{settings.small_model}"))
+            small = _settle_small_model(doc, settings, ledger, path)
+            drop[:] = [small is ABSENT and "small_model" in doc]
+            if small is not ABSENT and small != doc.get("small_model", ABSENT):
+                out.append((("small_model",), small))
             return out
 
-        targets.append(jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name))
+        ledger, drop = settings.limits or LimitLedger(), [False]
+        target = jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name)
+        render = target.render
+
+        def render_then_drop(text: str | None) -> str:
+            new = render(text)  # runs edits, which say whether conduit's small_model goes
+            return _drop_small_model(new, path) if drop[0] else new
+
+        targets.append(dataclasses.replace(target, render=render_then_drop))
         return targets
 
     def inspect(self, env: Env) -> ToolFacts:
@@ -207,6 +221,50 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
             effective["model"] = Effective(ldoc["model"], f"{label} ({layer})", ldoc["model"] != doc.get("model"),
                                            "it ranks above the global config conduit writes")
     return effective
+
+
+def _settle_small_model(doc: dict[str, Any], settings: ToolSettings, ledger: LimitLedger, path: Path) -> Any:
+    """The ``small_model`` the file gets (``ABSENT``: none): ``conduit/<small_model>`` when the profile (or the
+    fallback channel) sets one. With none set, conduit's value goes and the one it replaced comes back
+    (``conduit.adapters.limits`` records; a value the person changed stays), and a value naming conduit's
+    provider (``conduit/...``) goes even without a record (written by a conduit that kept none)."""
+    wanted = f"{PROVIDER_ID}/{settings.small_model}" if settings.small_model else None
+    value = ledger.settle(path, "small_model", doc.get("small_model", ABSENT), wanted)
+    if wanted is None and isinstance(value, str) and value.startswith(f"{PROVIDER_ID}/"):
+        return ABSENT
+    return value
+
+
+def _drop_small_model(text: str, path: Path) -> str:
+    """``text`` without its top-level ``small_model`` member (its own line when it has one); comments and
+    layout elsewhere are kept.
+
+    Raises:
+        ToolFileError: the member cannot be cut out cleanly (the file is then left unchanged).
+    """
+    doc = parse_jsonc(text, path=path)
+    if "small_model" not in doc:
+        return text
+    stripped = strip_jsonc(text)  # same length as text: comments blanked
+    key_start, node = _SpanParser(stripped).value().members["small_model"]
+    start, end = key_start, node.end
+    after = len(stripped) - len(stripped[end:].lstrip(" \t"))
+    if stripped.startswith(",", after):
+        end = after + 1  # a comma after it: cut it with the member
+    else:
+        before = len(stripped[:start].rstrip())
+        if stripped[before - 1] == ",":
+            start = before - 1  # the last member: cut the comma before it
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    if not text[line_start:start].strip() and (line_end < 0 or not text[end:line_end].strip()):
+        start, end = line_start, (len(text) if line_end < 0 else line_end + 1)  # the member's own line(s)
+    out = text[:start] + text[end:]
+    want = {k: v for k, v in doc.items() if k != "small_model"}
+    if parse_jsonc(out, path=path) != want:
+        raise ToolFileError(f"{path}: conduit could not remove its \"small_model\" without disturbing the file",
+                            "delete the \"small_model\" line by hand; the file is unchanged")
+    return out
 
 
 def _with_limit(entry: Any, settings: ToolSettings) -> Any:

@@ -133,7 +133,7 @@ def test_limits_removed_when_no_longer_known(temp_home: Path, server: ModelServe
     assert "model_context_window" not in got["codex"] and got["codex"]["model_reasoning_effort"] == "high"
     assert got["opencode"] == {"name": "Mine", "tool_call": True}
     assert got["continue"] == {"temperature": 0.2}
-    assert got["aider"][f"openai/{MODEL}"] == {"input_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat"}
+    assert got["aider"][f"openai/{MODEL}"] == {"input_cost_per_token": 0}  # the person's entry, as it was
     assert got["aider"]["openai/other"] == {"max_input_tokens": 9}
     for mode in ("plan", "act"):
         assert f"{mode}ModeOpenAiModelInfo" not in got["cline_b"]

@@ -1,6 +1,12 @@
 """The context window and output limit each tool is given: the profile's ``[tools.X] context_window`` /
 ``max_output_tokens`` win, else what the cached model list of the tool's channel says for its model.
 
+Who owns a limit value in a tool's file is recorded in ``state_dir()/limits.json`` (0600, no key): ``{tool: {file
+path: {slot: {"wrote": V, "had": U}}}}`` (``conduit.adapters.limits``). ``with_context`` hands the tool's
+records to the adapter; the engine calls ``remember_limits`` after writing, which keeps the new records of the
+files written without error (never in a dry run). A missing or damaged record file is an empty one: no value
+in a tool's file is then taken for conduit's, so none is removed.
+
 The sync engine calls ``with_context`` once per tool, right after the resolver built its ``ToolSettings``, so
 the channel and model looked up are whatever the settings ended with (a fallback route included). It reads
 only the cache (``conduit.daemon.catalog.models``): a sync never waits on the network. ``refresh_stale`` is the
@@ -10,14 +16,24 @@ bounded refresh ``conduit sync`` runs before it.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 from conduit.adapters.base import ToolSettings
+from conduit.adapters.limits import LimitLedger
 from conduit.adapters.registry import ADAPTERS
+from conduit.adapters.results import WriteResult
 from conduit.daemon.catalog.models import FETCH_TIMEOUT_S, CatalogError, models_base, read_cache, refresh
+from conduit.daemon.config.paths import state_dir
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
+from conduit.fileio import atomic_write, make_private_dirs, read_regular_file
+
+LIMITS_MAX_BYTES = 4 << 20
+"""Cap on ``limits.json`` (bytes); a real one is a few hundred bytes."""
 
 DERIVED_OUTPUT_CAP = 32768
 """The most output tokens ``derived_output`` grants, whatever the context (tokens)."""
@@ -49,9 +65,48 @@ def with_context(settings: ToolSettings, profile: LoadedProfile) -> ToolSettings
             out = out if out is not None else entry.max_output_tokens
     if out is None and ctx is not None:
         out = derived_output(ctx)
-    if ctx == settings.context_window and out == settings.max_output_tokens:
-        return settings
-    return dataclasses.replace(settings, context_window=ctx, max_output_tokens=out)
+    ledger = LimitLedger(before=_read_limits().get(settings.tool, {}))
+    return dataclasses.replace(settings, context_window=ctx, max_output_tokens=out, limits=ledger)
+
+
+def limits_path() -> Path:
+    """``state_dir()/limits.json``: what conduit wrote last into each tool's limit keys."""
+    return state_dir() / "limits.json"
+
+
+def _read_limits() -> dict[str, Any]:
+    """The whole record file as ``{tool: {path: {slot: record}}}``; ``{}`` when missing, unreadable or damaged
+    (only well-formed records are kept)."""
+    try:
+        data = json.loads(read_regular_file(limits_path(), max_bytes=LIMITS_MAX_BYTES, what="limits record"))
+    except (OSError, ConduitError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {tool: {p: {k: r for k, r in slots.items() if isinstance(r, dict) and "wrote" in r}
+                   for p, slots in files.items() if isinstance(slots, dict)}
+            for tool, files in data.items() if isinstance(files, dict)}
+
+
+def remember_limits(settings: ToolSettings, results: Iterable[WriteResult], *, dry_run: bool) -> None:
+    """Save the records ``settings.limits`` collected for the files in ``results`` written without an error;
+    nothing in a dry run or when nothing changed. A failure to save is not fatal (the values conduit wrote are
+    then taken for the person's and kept)."""
+    ledger = settings.limits
+    if dry_run or ledger is None:
+        return
+    done = {str(r.path) for r in results if r.error is None}
+    new = ledger.records(done)
+    every = _read_limits()
+    if every.get(settings.tool, {}) == new:
+        return
+    every[settings.tool] = new
+    try:
+        make_private_dirs(limits_path().parent)
+        atomic_write(limits_path(), (json.dumps({t: f for t, f in every.items() if f}, indent=1, sort_keys=True)
+                                     + "\n").encode("utf-8"), 0o600)
+    except OSError:
+        pass
 
 
 def refresh_stale(resolver: Resolver, tools: Iterable[str], *, max_age_s: float,
@@ -79,4 +134,4 @@ def refresh_stale(resolver: Resolver, tools: Iterable[str], *, max_age_s: float,
     return problems
 
 
-__all__ = ["DERIVED_OUTPUT_CAP", "derived_output", "refresh_stale", "with_context"]
+__all__ = ["DERIVED_OUTPUT_CAP", "derived_output", "limits_path", "refresh_stale", "remember_limits", "with_context"]
