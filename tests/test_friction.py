@@ -321,15 +321,20 @@ def test_a_changed_channel_takes_the_cc_switch_choice_back(temp_home: Path) -> N
     assert json.loads((db.parent / "settings.json").read_text())["currentProviderClaude"] == "conduit-other"
 
 
-def test_sync_warns_on_a_placeholder_model_every_time(temp_home: Path) -> None:
-    write_profile(temp_home, tools=("claude_code",), model="MODEL-NAME")
+def test_a_placeholder_model_is_refused_every_time_and_nothing_is_written(temp_home: Path) -> None:
+    write_profile(temp_home, tools=("claude_code",), model="MODEL-NAME")  # what `conduit init` proposes
     claude_settings(temp_home, CLAUDE_SETTINGS)
-    for _ in range(2):  # the second sync changes nothing and still says it
+    settings = temp_home / ".claude" / "settings.json"
+    before = settings.read_bytes()
+    for _ in range(2):  # every sync says it, and none writes the placeholder into a tool that worked
         r = conduit(temp_home, "sync")
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 1, r.stderr
         assert 'warning model = "MODEL-NAME" looks like a placeholder, not a model id' in r.stdout
+        assert "model `MODEL-NAME` is a placeholder, not a model id: nothing written for Claude Code" in r.stdout
+        assert settings.read_bytes() == before
     write_profile(temp_home, tools=("claude_code",), model="deepseek-chat")
-    assert "placeholder" not in conduit(temp_home, "sync").stdout
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 0 and "is a placeholder" not in r.stdout and b"deepseek-chat" in settings.read_bytes()
 
 
 def test_plan_errors_name_the_flag_not_the_setting(temp_home: Path, tmp_path: Path) -> None:

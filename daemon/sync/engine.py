@@ -6,8 +6,9 @@ other tools are still synced. Nothing is written when nothing changed.
 
 A tool whose own window can choose the provider (``keeps_user_choice``: CC Switch) is told to take the choice
 back (``TAKE_CURRENT``) only when the profile's channel for it changed since the last sync that wrote it, or
-with ``force``. That memory is ``state_dir()/choices.json``, ``{"tool": "channel"}``, written after each sync
-that is not a dry run.
+with ``force``; a fallback routing switch alone (``[fallback]``) takes it only from conduit's own rows. That memory
+is ``state_dir()/choices.json``, ``{"tool": "channel", "tool.routed": "fallback channel"}`` (the second only while
+routed), written after each sync that is not a dry run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import TAKE_CURRENT, Env, NotFound, Unsupported
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import Writer, WriteResult
-from conduit.daemon.catalog.context import with_context
+from conduit.daemon.catalog.context import remember_limits, with_context
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.redaction import REDACTOR
@@ -111,7 +112,7 @@ def sync(
     secrets = _known_secrets(resolver, list(dict.fromkeys([*wanted, *enabled]))) + sorted(REDACTOR.secrets)
     writer = Writer(backups or BackupStore(paths.backups_dir()), dry_run=dry_run, secrets=secrets)
     choices = _read_choices()
-    reports = [_sync_tool(name, resolver, writer, env, take=force or _choice_changed(choices, name, resolver))
+    reports = [_sync_tool(name, resolver, writer, env, take=True if force else _take(choices, name, resolver))
                for name in wanted]
     if not dry_run:
         _write_choices(choices, reports, resolver)
@@ -144,6 +145,15 @@ _PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|x{3,}|(?:your|my)[-_ ]?model(?:[-_ ]?
 _PLACEHOLDER_CASED = re.compile(r"[A-Z]+(?:[-_][A-Z]+)+")  # MODEL-NAME, YOUR_MODEL: capitals only, as in docs
 
 
+def is_placeholder(text: str) -> bool:
+    """``text`` has the shape of a documentation placeholder (``MODEL-NAME``, ``<model>``, ``your-model``,
+    ``...``), not of a model id."""
+    if not text:
+        return False
+    return _PLACEHOLDER_CASED.fullmatch(text) is not None or (text.lower() == text
+                                                              and _PLACEHOLDER.fullmatch(text) is not None)
+
+
 def placeholder_models(profile: LoadedProfile, tools: Iterable[str]) -> list[str]:
     """A warning per model id that looks like a documentation placeholder (``MODEL-NAME``, ``<model>``,
     ``your-model``, ``...``) in ``model``, ``small_model`` or a tool's override: a gateway answers it with 404.
@@ -156,8 +166,7 @@ def placeholder_models(profile: LoadedProfile, tools: Iterable[str]) -> list[str
             named += [(f"tools.{t}.model", cfg.model), (f"tools.{t}.small_model", cfg.small_model)]
     for key, value in named:
         text = str(value) if value else ""
-        cased = _PLACEHOLDER_CASED.fullmatch(text) is not None
-        if text and (cased or (text.lower() == text and _PLACEHOLDER.fullmatch(text))) and text not in found:
+        if is_placeholder(text) and text not in found:
             found[text] = key
     return [f"{key} = \"{text}\" looks like a placeholder, not a model id: put the id the gateway lists "
             f"(GET /v1/models), e.g. with `conduit use MODEL`" for text, key in found.items()]
@@ -180,10 +189,27 @@ def _read_choices() -> dict[str, str] | None:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
 
 
-def _choice_changed(choices: dict[str, str] | None, name: str, resolver: Resolver) -> bool:
-    """True when ``name``'s channel differs from the one remembered (or none is): the profile's choice changed.
-    False when the record is unreadable (``choices`` None)."""
-    return choices is not None and choices.get(name) != resolver.tool_channel_name(name)
+_ROUTED = ".routed"  # choices.json key suffix: the fallback channel a tool was last synced to, while routed there
+FROM_CONDUIT = "conduit"  # TAKE_CURRENT value: take "current" only from conduit's own rows (adapters/cc_switch.py)
+
+
+def _profile_channel(resolver: Resolver, name: str) -> str:
+    """The channel the profile gives ``name`` (its ``[tools.X] channel``, else the profile's), never the fallback
+    route: a routing switch is not the user's choice changing."""
+    cfg = resolver.profile.model.tools.get(name)
+    return (cfg.channel if cfg and cfg.channel else None) or resolver.profile.model.channel
+
+
+def _take(choices: dict[str, str] | None, name: str, resolver: Resolver) -> bool | str:
+    """The ``TAKE_CURRENT`` value for ``name``: True when the profile's channel for it differs from the one
+    remembered (or none is); ``FROM_CONDUIT`` when only the fallback routing moved it (another routed channel, or
+    back to the profile's); False when nothing changed or the record is unreadable (``choices`` None)."""
+    if choices is None:
+        return False
+    own = _profile_channel(resolver, name)
+    if choices.get(name) != own:
+        return True
+    return FROM_CONDUIT if choices.get(name + _ROUTED, own) != resolver.tool_channel_name(name) else False
 
 
 def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], resolver: Resolver) -> None:
@@ -192,7 +218,12 @@ def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], re
     new = dict(choices or {})
     for r in reports:
         if getattr(ADAPTERS[r.tool], "keeps_user_choice", False) and r.status in ("changed", "unchanged"):
-            new[r.tool] = resolver.tool_channel_name(r.tool)
+            new[r.tool] = own = _profile_channel(resolver, r.tool)
+            routed = resolver.tool_channel_name(r.tool)
+            if routed != own:
+                new[r.tool + _ROUTED] = routed
+            else:
+                new.pop(r.tool + _ROUTED, None)
     if new == choices:
         return
     try:
@@ -202,7 +233,7 @@ def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], re
         pass
 
 
-def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *, take: bool = True) -> ToolReport:
+def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *, take: bool | str = True) -> ToolReport:
     adapter = ADAPTERS[name]
     report = ToolReport(tool=name, display=adapter.display_name, status="unchanged")
     if not resolver.profile.model.tools[name].enabled:
@@ -211,6 +242,13 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *, take:
     try:
         settings = resolver.tool_settings(name)
         settings = with_context(settings, resolver.profile)  # [tools.X] context_window, else /models
+        held = next((m for m in (settings.model, settings.small_model) if m and is_placeholder(m)), None)
+        if held is not None:  # e.g. `conduit init`'s MODEL-NAME: a tool that worked must not be broken by it
+            report.status = "error"
+            report.message = (f"model `{held}` is a placeholder, not a model id: nothing written for "
+                              f"{adapter.display_name}; put the id the gateway lists (`conduit models`) in the "
+                              "profile, e.g. with `conduit use MODEL`")
+            return report
         if getattr(adapter, "keeps_user_choice", False):
             settings = dataclasses.replace(settings, options={**settings.options, TAKE_CURRENT: take})
         targets = adapter.plan(settings, env)
@@ -241,6 +279,7 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *, take:
             report.status, report.message = "error", result.error
         elif result.changed and report.status != "error":
             report.status = "changed"
+    remember_limits(settings, report.results, dry_run=writer.dry_run)  # who owns each limit value now
     if report.status == "changed":
         report.restart_hint = adapter.restart_hint
     return report
