@@ -290,3 +290,24 @@ def test_a_cache_stamped_by_a_wrong_clock_is_stale(temp_home: Path, stamp: float
     assert got.age_s() == float("inf")
     assert Catalog("gw", "http://x/v1", 1000.0, ()).age_s(now=1010.0) == 10.0
     assert Catalog("gw", "http://x/v1", 1100.0, ()).age_s(now=1000.0) == 0.0  # a little skew: fresh
+
+
+def test_an_output_limit_that_leaves_no_room_for_the_prompt_is_not_written(temp_home: Path) -> None:
+    """A gateway listing max_completion_tokens equal to the context gave Aider max_input_tokens = 1 and Continue a
+    prompt budget of 0: such an output limit becomes the derived one; the profile's own stays below the context."""
+    srv = ModelServer({"data": [{"id": "whole", "context_length": 131072,
+                                 "top_provider": {"max_completion_tokens": 131072}},
+                                {"id": "half", "context_length": 8192, "top_provider": {"max_completion_tokens": 4096}}]})
+    try:
+        profile = _profile(temp_home, srv.url, model="whole",
+                           extra="[tools.cline]\nmax_output_tokens = 6000\n[tools.aider]\nmax_output_tokens = 9000\n")
+        catalog.refresh(resolve_channel(profile, "gw"))
+        got = with_context(_settings("whole", "opencode"), profile)
+        assert (got.context_window, got.max_output_tokens) == (131072, 32768)
+        assert with_context(_settings("half", "opencode"), profile).max_output_tokens == 4096  # half: room left
+        profile = _profile(temp_home, srv.url, model="half",
+                           extra="[tools.cline]\nmax_output_tokens = 6000\n[tools.aider]\nmax_output_tokens = 9000\n")
+        assert with_context(_settings("half", "cline"), profile).max_output_tokens == 6000  # the person's choice
+        assert with_context(_settings("half", "aider"), profile).max_output_tokens == 2048  # over the context
+    finally:
+        srv.close()

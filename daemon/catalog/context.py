@@ -63,10 +63,21 @@ def with_context(settings: ToolSettings, profile: LoadedProfile) -> ToolSettings
         if entry is not None:
             ctx = ctx if ctx is not None else entry.context_window
             out = out if out is not None else entry.max_output_tokens
-    if out is None and ctx is not None:
-        out = derived_output(ctx)
+    out = _room_for_the_prompt(ctx, out, mine=cfg is not None and cfg.max_output_tokens is not None)
     ledger = LimitLedger(before=_read_limits().get(settings.tool, {}))
     return dataclasses.replace(settings, context_window=ctx, max_output_tokens=out, limits=ledger)
+
+
+def _room_for_the_prompt(ctx: int | None, out: int | None, *, mine: bool) -> int | None:
+    """The output limit written beside the context ``ctx``: ``derived_output(ctx)`` when only the context is known,
+    and also when the output would leave the prompt half the context or less (a gateway listing
+    ``max_completion_tokens`` equal to the context gave Aider ``max_input_tokens = 1`` and Continue a prompt
+    budget of 0); an output limit the profile sets (``mine``) is kept unless it is the whole context or more."""
+    if ctx is None:
+        return out
+    if out is None or out >= ctx or (not mine and out > ctx // 2):
+        return derived_output(ctx)
+    return out
 
 
 def limits_path() -> Path:
