@@ -168,6 +168,8 @@ def test_a_one_shot_sync_keeps_the_fallback_when_the_file_is_damaged(profile_fil
                        text=True, timeout=120)
     settings = temp_home / ".claude" / "settings.json"
     assert r.returncode == 0 and "claude-sonnet-4-20250514" in settings.read_text(), r.stderr
+    assert "routing fallback since" in r.stdout and "claude_code" in r.stdout, r.stdout  # said, not only done
+    assert "use channel `hosted`, model `claude-sonnet-4-20250514` instead of `local`" in r.stdout, r.stdout
     routing_path().write_bytes(b"")  # damaged (an editor, a full disk)
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], env=env, capture_output=True,
                        text=True, timeout=120)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
+import time
 from typing import Any
 
 import typer
@@ -92,8 +93,24 @@ def sync_cmd(
     if as_json:
         out.print_json(json.dumps(redact_data(report_json(report, dry_run))))
     else:
+        note = routing_note(resolver, tool or list(profile.model.tools))
+        if note:
+            out.print(f"[yellow]routing[/] {esc(note)}", soft_wrap=True)
         _print_sync(report, dry_run)
     return 0 if report.ok else 1
+
+
+def routing_note(resolver: Resolver, tools: list[str]) -> str | None:
+    """One line while the agent's decision routes tools to the ``[fallback]`` (``conduit.daemon.config.routing``):
+    since when, why, and which tools now use which channel and model; None otherwise."""
+    d = resolver.routing
+    routed = [t for t in tools if resolver.fallback_route(t) is not None]
+    route = d.route_for(resolver.profile) if d is not None else None
+    if d is None or route is None or not routed:
+        return None
+    when = time.strftime("%H:%M:%S", time.localtime(d.since))
+    return (f"fallback since {when} ({d.why}): {', '.join(routed)} use channel `{route.channel}`, model "
+            f"`{route.model}` instead of `{resolver.profile.model.channel}` until the agent switches back")
 
 
 def unlisted_models(profile: LoadedProfile, tools: list[str]) -> list[str]:
