@@ -265,3 +265,15 @@ def test_fallback_model_ids_are_checked_like_the_profiles(profile_file: Path, mo
     with pytest.raises(ConduitError) as e:
         load_profile(profile_file)
     assert "fallback." in e.value.message and words in e.value.message, e.value.message
+
+
+def test_doctor_says_a_fallback_key_that_cannot_be_used_before_any_outage(profile_file: Path) -> None:
+    text = PROFILE.replace('base_url = "http://127.0.0.1:9100/api"\n',
+                           'base_url = "http://127.0.0.1:9100/api"\nkey = { env = "CONDUIT_TEST_NO_SUCH_KEY" }\n', 1)
+    profile_file.write_text(text)
+    rep = doctor(profile_file)
+    got = [w for w in rep["warnings"] if w.startswith("fallback: ")]
+    assert len(got) == 1 and "channel `hosted` cannot be used" in got[0] and "CONDUIT_TEST_NO_SUCH_KEY" in got[0]
+    assert rep["ok"] is False
+    profile_file.write_text(PROFILE)
+    assert not [w for w in doctor(profile_file)["warnings"] if w.startswith("fallback: ")]

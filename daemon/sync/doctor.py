@@ -72,6 +72,7 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         if profile.model.fallback is not None and resolver is not None and resolver.routing is None \
                 and reading_problem():  # the routing file is there but not a decision (unparseable, too large)
             report["warnings"].append(f"routing: {reading_problem()}")
+        _check_fallback_channel(report, profile, resolver)
     for name, adapter in ADAPTERS.items():
         entry: dict[str, Any] = {"display": adapter.display_name, "managed": name in sync_reports}
         _tool_state(entry, report, name, adapter, sync_reports.get(name), resolver, env)
@@ -86,6 +87,20 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         report["warnings"] += facts.override_warnings(name)
     _daemon_facts(report, STALL_AFTER_S if stall_after_s is None else stall_after_s)
     return report
+
+
+def _check_fallback_channel(report: dict[str, Any], profile: LoadedProfile, resolver: Resolver | None) -> None:
+    """The ``[fallback]`` channel must resolve now (its key source read and cleaned), not at the first outage:
+    a key that cannot be used there makes every routed tool fail exactly when the primary is down."""
+    fallback = profile.model.fallback
+    if fallback is None or resolver is None:
+        return
+    try:
+        resolver.channel(fallback.channel)
+    except ConduitError as exc:
+        report["ok"] = False
+        report["warnings"].append(f"fallback: channel `{fallback.channel}` cannot be used, so tools would fail "
+                                  f"when they are routed there: {exc}")
 
 
 def _tool_state(entry: dict[str, Any], report: dict[str, Any], name: str, adapter: Adapter,
