@@ -442,3 +442,26 @@ def test_a_profile_saved_with_a_bom_is_read_and_a_repeated_key_names_its_line(te
     r = conduit(temp_home, "sync")
     assert r.returncode == 1 and f"profile.toml:{len(twice.splitlines())}: not valid TOML" in r.stderr, r.stderr
     assert 'Key "model" already exists' in r.stderr and "remove one of the two lines" in r.stderr
+
+
+def test_restore_while_the_daemon_manages_the_tool_says_how_to_keep_it(temp_home: Path, tmp_path: Path) -> None:
+    from daemonproc import Daemon, wait_for
+
+    write_profile(temp_home, tools=("claude_code",))
+    claude_settings(temp_home, CLAUDE_SETTINGS)
+    text = profile_path(temp_home).read_text()
+    profile_path(temp_home).write_text('on_drift = "reapply"\n' + text)
+    assert conduit(temp_home, "sync").returncode == 0  # a backup of the person's file exists now
+    daemon = Daemon(temp_home, tmp_path).start()
+    try:
+        r = conduit(temp_home, "restore", "claude_code")
+        assert r.returncode == 0 and "restored" in r.stdout, r.stderr
+        assert f"the sync daemon (pid {daemon.proc.pid if daemon.proc else '?'}) still manages claude_code and " \
+               "writes the profile back over it" in r.stderr, r.stderr
+        assert "`enabled = false` in [tools.claude_code]" in r.stderr
+        wait_for(lambda: "ANTHROPIC_BASE_URL" in (temp_home / ".claude" / "settings.json").read_text(),
+                 what="the daemon wrote the profile back, as the warning said")
+    finally:
+        daemon.stop()
+    r = conduit(temp_home, "restore", "claude_code")
+    assert r.returncode == 0 and "still manages" not in r.stderr  # no daemon: nothing to warn about

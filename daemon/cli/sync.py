@@ -32,7 +32,7 @@ from conduit.daemon.sync.engine import SyncReport, sync
 from conduit.daemon.sync.init import TEMPLATES, init_profile, starter_text
 from conduit.daemon.sync.lock import running_daemon_pid
 from conduit.daemon.sync.state import read_state, record_report, write_state
-from conduit.errors import BadArguments
+from conduit.errors import BadArguments, ConduitError
 
 commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
 
@@ -343,7 +343,26 @@ def restore_cmd(
         return 0
     for p in store.restore(tool, backup_id):
         out.print(f"restored {p}")
+    _warn_if_managed(tool)
     return 0
+
+
+def _warn_if_managed(tool: str) -> None:
+    """After a restore: a running sync daemon still manages ``tool`` from the profile, so it reports the restored
+    file as drift or (``on_drift = "reapply"``) writes the profile back within a second; say how to keep it."""
+    pid = running_daemon_pid()
+    if pid is None:
+        return
+    try:
+        profile = load_profile(state.profile)
+    except ConduitError:
+        return
+    cfg = profile.model.tools.get(tool)
+    if cfg is None or not cfg.enabled:
+        return
+    what = "writes the profile back over it" if profile.model.on_drift == "reapply" else "reports it as drift"
+    err.print(f"[yellow]warning[/] the sync daemon (pid {pid}) still manages {tool} and {what}; to keep the "
+              f"restored file, set `enabled = false` in {esc(f'[tools.{tool}]')} (the daemon follows the profile)")
 
 
 @commands.command("demo")
