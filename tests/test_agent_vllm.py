@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,6 +181,27 @@ def test_sigterm_leaves_vllm_serving_for_the_next_agent(temp_home: Path, leaders
         r = conduit(second, "vllm", "stop")
         assert r.returncode == 0, r.stderr
         assert gone(members)
+
+
+def test_a_server_too_busy_to_answer_at_once_is_adopted_not_killed(temp_home: Path, leaders: set[int]) -> None:
+    """A saturated vLLM can take longer than one readiness check (5 s) to answer /health: the next agent keeps
+    asking for up to [vllm].unhealthy_restart_s (what a running server gets) instead of killing it."""
+    port = free_port()
+    write_profile(temp_home, vllm_table(port))
+    with AgentProc(temp_home) as agent:
+        snap = ready(agent, leaders)
+    pid = snap["pid"]
+    os.kill(pid, signal.SIGSTOP)  # the API server answers nothing for 8 s
+    resume = threading.Timer(8.0, lambda: os.kill(pid, signal.SIGCONT))
+    resume.start()
+    try:
+        with AgentProc(temp_home) as second:
+            snap = ready(second, leaders, timeout=60)
+            assert snap["pid"] == pid and snap["adopted"] and snap["restarts"] == 0, snap.get("warnings")
+    finally:
+        resume.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_vllm_commands_exit_codes(temp_home: Path, leaders: set[int]) -> None:

@@ -22,9 +22,11 @@ session (``tree.Tree``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +107,8 @@ class Recovery:
 
 
 async def recover(
-    pid_path: Path, fingerprint: str, grace_s: float, ready: Callable[[], Awaitable[tuple[bool, str]]]
+    pid_path: Path, fingerprint: str, grace_s: float, ready: Callable[[], Awaitable[tuple[bool, str]]],
+    patience_s: float = 0.0,
 ) -> Recovery:
     """Decide what to do with the group the pid file at ``pid_path`` describes.
 
@@ -113,10 +116,14 @@ async def recover(
         fingerprint: ``VllmSettings.launch_fingerprint()`` of the settings this agent would launch with.
         grace_s: SIGTERM grace for a leftover group, seconds.
         ready: the readiness check (``Monitor.check_ready``) against the configured address.
+        patience_s: how long a live leader with the same settings may go on failing the check before it is
+            given up (seconds; the supervisor passes ``unhealthy_restart_s``, what a running server gets too):
+            a saturated vLLM can take longer than one check's timeout to answer ``/health``, and killing it
+            loses its requests and a model load. The check is retried every ``RETRY_S`` meanwhile.
 
     Returns: ``Recovery(adopt=record)`` for a live leader with the same create time and fingerprint that
-    answers ready (the pid file stays); otherwise whatever is left of that group is killed, the pid file is
-    removed, and the warnings say what was done.
+    answers ready within ``patience_s`` (the pid file stays); otherwise whatever is left of that group is
+    killed, the pid file is removed, and the warnings say what was done and why.
     """
     try:
         rec = read_pid_file(pid_path)
@@ -127,9 +134,13 @@ async def recover(
         return Recovery()
     leader_alive = rec.leader_alive()
     same = rec.fingerprint == digest(fingerprint)
-    if leader_alive and same and (await ready())[0]:
-        return Recovery(adopt=rec)
-    why = "settings changed" if leader_alive and not same else ("not ready" if leader_alive else "API server gone")
+    why = "settings changed" if leader_alive and not same else "API server gone"
+    if leader_alive and same:
+        answered, why = await _ready_within(rec, ready, patience_s)
+        if answered:
+            return Recovery(adopt=rec)
+        leader_alive = rec.leader_alive()
+        why = f"not ready within {patience_s:g} s: {why}" if leader_alive else "API server gone"
     out = Recovery()
     tree = Tree(rec.pid, rec.create_time, rec.marker)
     before = {p.pid: p for p in [*group_members(rec.pgid, rec.sid, rec.create_time), *tree.sweep()]}
@@ -142,6 +153,24 @@ async def recover(
         )
     _unlink(pid_path)
     return out
+
+
+RETRY_S = 0.5
+"""Seconds between two readiness checks of a server ``recover`` may adopt."""
+
+
+async def _ready_within(rec: PidRecord, ready: Callable[[], Awaitable[tuple[bool, str]]],
+                        patience_s: float) -> tuple[bool, str]:
+    """``(True, "")`` once ``ready()`` answers; ``(False, last reason)`` when the leader dies or ``patience_s``
+    runs out first (one check at least)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        ok, why = await ready()
+        if ok:
+            return True, ""
+        if not rec.leader_alive() or time.monotonic() >= deadline:
+            return False, why or "no answer"
+        await asyncio.sleep(min(RETRY_S, max(0.0, deadline - time.monotonic())))
 
 
 def _unlink(path: Path) -> None:

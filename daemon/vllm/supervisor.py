@@ -473,7 +473,7 @@ class Supervisor(Lifecycle, Reports):
         Returns True when a server was adopted (state ``ready``).
         """
         found = await recover(self.pid_path, self.settings.launch_fingerprint(), self.settings.stop_grace_s,
-                              self._monitor.check_ready)
+                              self._monitor.check_ready, patience_s=self.settings.unhealthy_restart_s)
         for w in found.warnings:
             self.warnings_push(w)
         self.note_left(list(found.left))
