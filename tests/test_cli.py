@@ -87,8 +87,12 @@ def test_init_proposes_profile_from_existing_tools(temp_home: Path) -> None:
     assert "sk-old" not in r.stdout and "sk-...0000" in r.stdout
     secrets = temp_home / ".config" / "conduit" / "secrets.toml"
     assert secrets.stat().st_mode & 0o777 == 0o600
-    r = conduit(temp_home, "sync", "--dry-run")
+    r = conduit(temp_home, "sync", "--dry-run")  # the tool named no model: init's MODEL-NAME is refused
+    assert r.returncode == 1 and "model `MODEL-NAME` is a placeholder" in r.stdout, r.stdout + r.stderr
+    r = conduit(temp_home, "use", "claude-sonnet-4-20250514", "--no-check", "--no-sync")
     assert r.returncode == 0, r.stderr
+    r = conduit(temp_home, "sync", "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_init_refuses_to_overwrite(temp_home: Path) -> None:
