@@ -27,7 +27,10 @@ import pytest
 from agentproc import AgentProc
 
 FAKE = str(Path(__file__).parent / "fake_vllm.py")
-LEVELS = ("--concurrency", "1,2,4,8", "--requests", "8", "--max-tokens", "8", "--prompt-tokens", "16",
+# 24 tokens of 0.02 s: the best level of "after" streams ~1 s, so the per-level cost that does not scale with slots
+# (connects, the first and last request's edges, a loaded machine's scheduling delays; ~0.05 s idle, several
+# tenths under load) stays small beside it (8 tokens gave 0.3 s levels and ratios of 1.7-1.9 idle, 1.36 loaded)
+LEVELS = ("--concurrency", "1,2,4,8", "--requests", "8", "--max-tokens", "24", "--prompt-tokens", "16",
           "--ready-timeout", "60s")
 
 

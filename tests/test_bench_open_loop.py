@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import cpu_wait_s
 
 from conduit.daemon.bench import arrivals, outputs, prompts, resultfile, runner, servercheck, stats, wire
 from conduit.errors import ConduitError
@@ -93,14 +94,21 @@ def test_parse_rates_slos_and_percentiles() -> None:
 def test_poisson_arrivals_at_a_fixed_rate_reach_the_server(server: ScriptedServer) -> None:
     """400 requests at 200 req/s: the server receives all 400 and their mean inter-arrival gap is within 15 % of
     5 ms (the gaps' shape is checked on the schedule above: on shared cores the send-time jitter alone gives
-    evenly spaced sends a large spread, so the server's view cannot tell the shape)."""
+    evenly spaced sends a large spread, so the server's view cannot tell the shape). Client and server share this
+    process (~40 % of a core at this rate): where it waited for a CPU, the client may fall behind the schedule
+    (never ahead of it) and the server thread behind the client, so the 15 % holds only where it had its CPU."""
     server.script = Script(tokens=2)
+    waited = cpu_wait_s()
     (lv,) = _sweep(_cfg(server, requests=400, request_rates=(200.0,))).levels
+    waited = cpu_wait_s() - waited
     assert (lv.requests, lv.ok, lv.request_rate) == (400, 400, 200.0)
     seen = sorted(s.t_recv for s in server.seen)
-    assert len(seen) == 400
-    mean_gap = (seen[-1] - seen[0]) / (len(seen) - 1)
-    assert mean_gap == pytest.approx(0.005, rel=0.15)
+    sent = sorted(r.t_send for r in lv.results)
+    assert len(seen) == len(sent) == 400
+    mean_gap, sent_gap = ((xs[-1] - xs[0]) / (len(xs) - 1) for xs in (seen, sent))
+    assert sent_gap >= 0.005 * 0.85  # never ahead of the schedule
+    if waited < 0.1:  # it had its CPU (0.1 s late at most moves the mean gap 0.25 ms): the schedule was kept
+        assert mean_gap == pytest.approx(0.005, rel=0.15), f"waited {waited:.2f} s for a CPU"
 
 
 def test_rate_inf_with_max_concurrency_caps_requests_in_flight(server: ScriptedServer) -> None:
@@ -112,13 +120,17 @@ def test_rate_inf_with_max_concurrency_caps_requests_in_flight(server: ScriptedS
 
 
 def test_goodput_counts_requests_meeting_every_slo(server: ScriptedServer) -> None:
-    """Every 4th request is 0.3 s slow to its first token by design: with TTFT <= 150 ms, 9 of 12 are good."""
+    """Every 4th request is 0.3 s slow to its first token by design: with TTFT <= 150 ms, 9 of 12 are good (where
+    this process waited for a CPU, a fast one may be late too: the slow ones stay slow, and good counts the rest)."""
     server.script = Script(tokens=3, slow_every=4, slow_extra_s=0.3)
+    waited = cpu_wait_s()
     (lv,) = _sweep(_cfg(server, requests=12, slos={"ttft": 150.0, "tpot": 10_000.0})).levels
-    assert lv.ok == 12 and lv.good == 9
-    assert lv.goodput_per_s == pytest.approx(9 / lv.wall_s)
+    waited = cpu_wait_s() - waited
     slow = [r.index for r in lv.results if not r.meets({"ttft": 150.0})]
-    assert slow == [3, 7, 11]
+    assert lv.ok == 12 and {3, 7, 11} <= set(slow) and lv.good == 12 - len(slow)
+    assert lv.goodput_per_s == pytest.approx(lv.good / lv.wall_s)
+    if waited < 0.1:  # it had its CPU: the fast ones answer in milliseconds
+        assert slow == [3, 7, 11], f"waited {waited:.2f} s for a CPU"
     (lv,) = _sweep(_cfg(server, requests=4, slos={"e2el": 0.0})).levels
     assert lv.good == 0 and lv.goodput_per_s == 0.0
     (lv,) = _sweep(_cfg(server, requests=2)).levels
