@@ -302,6 +302,21 @@ def test_a_busy_client_marks_its_level() -> None:
     assert sat.excluded == (4.0,)
 
 
+def test_a_client_that_fell_behind_its_schedule_marks_its_level() -> None:
+    """A client starved of CPU sends late and is not busy meanwhile: its open-loop level is marked by the rate
+    its requests really left at (found by the flake hunt: 200 req/s asked, 143 sent, no mark)."""
+    lv = stats.summarize_level(0, [stats.RequestResult(0, 0, 0.0, 0.1, 0.2, 2.0)])
+    planned = [i * 0.01 for i in range(100)]  # 100 requests at 100/s
+    servercheck.check_schedule(lv, planned, [t * 1.05 for t in planned])  # 5 % late: within the margin
+    assert lv.marks == []
+    servercheck.check_schedule(lv, planned, [t * 1.4 for t in planned])  # ~71/s
+    assert lv.marks and lv.marks[0].startswith("behind schedule: requests left the client at 71.4/s against the "
+                                                "100.0/s scheduled"), lv.marks
+    everything = stats.summarize_level(0, [stats.RequestResult(0, 0, 0.0, 0.1, 0.2, 2.0)])
+    servercheck.check_schedule(everything, [0.0] * 100, [i * 0.01 for i in range(100)])  # --request-rate inf
+    assert everything.marks == []
+
+
 def test_a_level_too_short_to_judge_is_not_marked_client_bound() -> None:
     """Two requests refused at once take milliseconds; a busy ratio over that is noise (a CI flake once)."""
     lv = stats.summarize_level(2, [stats.RequestResult(0, 2, 0.0, 0.001, 0.005, 0.01)])

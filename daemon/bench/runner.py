@@ -278,7 +278,9 @@ async def run_rate_level(session: aiohttp.ClientSession, cfg: BenchConfig, rate:
 
     t0 = time.perf_counter()
     results = await open_loop(times, one, cfg.max_concurrency)
-    return summarize_level(cap, results, time.perf_counter() - t0, request_rate=rate, slos=cfg.slos)
+    lv = summarize_level(cap, results, time.perf_counter() - t0, request_rate=rate, slos=cfg.slos)
+    servercheck.check_schedule(lv, times, [r.t_send - r.queued_s - t0 for r in results])
+    return lv
 
 
 @asynccontextmanager

@@ -21,6 +21,7 @@ A server without ``/metrics`` (not a vLLM) is checked on the client's CPU alone.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +120,30 @@ def compare(before: ServerSample | None, after: ServerSample | None, lv: LevelSt
         lv.marks.append(f"other traffic: the server counted {n_req:.0f} requests during this level, the client "
                         f"sent {lv.requests}")
     return view
+
+
+SCHEDULE_KEPT = 0.90
+"""An open-loop level whose requests arrived at less than this share of the scheduled rate is marked."""
+
+
+def check_schedule(lv: LevelStats, scheduled: Sequence[float], arrived: Sequence[float]) -> None:
+    """Mark an open-loop level ``lv`` whose requests arrived (``arrived``: seconds from the level's start, when
+    each was ready to send, before any ``--max-concurrency`` wait) at under ``SCHEDULE_KEPT`` of the rate of
+    its own schedule (``scheduled``, the same requests' planned times): a client starved of CPU sends late,
+    never early, and is not busy while it waits, so ``check_client`` cannot see it, yet the level then says
+    nothing about the server at the asked rate. Levels shorter than ``CLIENT_MIN_WALL_S`` or of fewer than
+    10 requests, and ``--request-rate inf`` (every request at 0), are not judged."""
+    if len(scheduled) < 10 or len(arrived) != len(scheduled) or lv.wall_s < CLIENT_MIN_WALL_S:
+        return
+    planned = max(scheduled) - min(scheduled)
+    got = max(arrived) - min(arrived)
+    if planned <= 0 or got <= 0:
+        return
+    asked, achieved = (len(scheduled) - 1) / planned, (len(arrived) - 1) / got
+    if achieved < SCHEDULE_KEPT * asked:
+        lv.marks.append(f"behind schedule: requests left the client at {achieved:.1f}/s against the "
+                        f"{asked:.1f}/s scheduled (the client did not get the CPU to keep up), so the level does "
+                        "not show the server at that rate")
 
 
 def check_client(lv: LevelStats, cpu_s: float) -> None:
