@@ -127,12 +127,12 @@ class Gemini(AdapterDefaults):
         targets: list[Target] = [
             dotenv_target(d / ".env", wanted, secret_keys=SECRETS, label=".env"),
             jsonc_target(d / "settings.json", auth_edits, secret_keys=SECRETS, mode=0o644,  # holds no key
-                         label="settings.json"),
+                         label="settings.json", no_trailing_commas="Gemini CLI"),
         ]
         if opts.trust:
             folders = [trust.expand(f, env) for f in opts.trust]
             targets.append(jsonc_target(trust.folders_path(env, d), trust.trust_edits(folders), secret_keys=(),
-                                        mode=0o600, label="trustedFolders.json"))  # Gemini CLI writes it 0600
+                                        mode=0o600, label="trustedFolders.json", no_trailing_commas="Gemini CLI"))
         return targets
 
     def inspect(self, env: Env) -> ToolFacts:

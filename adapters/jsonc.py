@@ -28,9 +28,9 @@ __all__ = ["Edit", "edit_jsonc", "jsonc_target", "parse_jsonc", "strip_jsonc"]
 _FIX_HINT = "fix the file by hand (or move it away); conduit left it unchanged"
 
 
-def strip_jsonc(text: str) -> str:
-    """``text`` with comments and trailing commas blanked out (same length, same line breaks), so that
-    positions in the result are positions in the original."""
+def strip_jsonc(text: str, *, commas: bool = True) -> str:
+    """``text`` with comments and (with ``commas``) trailing commas blanked out (same length, same line breaks),
+    so that positions in the result are positions in the original."""
     out = list(text)
     i, n = 0, len(text)
     last_sig = -1  # index of the last significant character (for trailing commas)
@@ -58,7 +58,7 @@ def strip_jsonc(text: str) -> str:
                     out[k] = " "
             i = j
             continue
-        if c in "}]" and last_sig >= 0 and out[last_sig] == ",":
+        if commas and c in "}]" and last_sig >= 0 and out[last_sig] == ",":
             out[last_sig] = " "
         if not c.isspace():
             last_sig = i
@@ -133,6 +133,13 @@ class _SpanParser:
         while self.t[j] != '"':
             j += 2 if self.t[j] == "\\" else 1
         return j + 1
+
+
+def trailing_comma_line(text: str) -> int | None:
+    """The line (1-based) of the first trailing comma outside comments and strings, or None."""
+    kept, stripped = strip_jsonc(text, commas=False), strip_jsonc(text)
+    at = next((k for k, (a, b) in enumerate(zip(kept, stripped, strict=True)) if a == "," and b == " "), None)
+    return None if at is None else text.count("\n", 0, at) + 1
 
 
 def parse_jsonc(text: str | None, *, path: Path) -> dict[str, Any]:
@@ -270,10 +277,18 @@ def edit_jsonc(text: str | None, edits: Sequence[Edit], *, path: Path) -> str:
 
 def jsonc_target(path: Path, edits: Callable[[dict[str, Any]], Sequence[Edit]], *,
                  secret_keys: Collection[str], mode: int = 0o600, create: bool = True,
-                 label: str = "") -> TextTarget:
-    """A target for a JSONC file: ``edits`` maps the current document to the (key path, value) pairs wanted."""
+                 label: str = "", no_trailing_commas: str | None = None) -> TextTarget:
+    """A target for a JSONC file: ``edits`` maps the current document to the (key path, value) pairs wanted.
+    ``no_trailing_commas``: the name of a tool that reads the file as JSON with comments but refuses trailing
+    commas (Gemini CLI: strip-json-comments, then ``JSON.parse``); a file holding one is refused with its line
+    rather than synced and called in sync while the tool rejects it."""
 
     def render(text: str | None) -> str:
+        line = trailing_comma_line(text) if no_trailing_commas and text else None
+        if line is not None:
+            raise ToolFileError(f"{path}:{line}: a trailing comma, which {no_trailing_commas} refuses (it reads "
+                                "comments but not trailing commas, and then ignores the whole file)",
+                                f"remove the comma at line {line}; conduit left the file unchanged")
         return edit_jsonc(text, edits(parse_jsonc(text, path=path)), path=path)
 
     return TextTarget(path=path, render=render, mask=masker(lambda text: parse_jsonc(text, path=path), secret_keys),

@@ -95,3 +95,21 @@ def test_dotenv_diff_masks_key_structurally() -> None:
     target = dotenv_target(Path("x/.env"), {}, secret_keys=("GEMINI_API_KEY",))
     masked = target.mask('GEMINI_API_KEY="AIza\\"secret0123456789"\nGEMINI_MODEL=m\n')
     assert "secret0123456789" not in masked and "GEMINI_MODEL=m" in masked
+
+
+def test_a_trailing_comma_gemini_refuses_is_reported_with_its_line(temp_home: Path) -> None:
+    """Gemini CLI reads settings.json with comments but not trailing commas (0.61 exits 52, "Expected
+    double-quoted property name in JSON"): such a file is an error with its line, left as it is."""
+    bad = toolsamples.GEMINI_SETTINGS.replace('"vimMode": true\n', '"vimMode": true, // mine\n')
+    settings = toolsamples.write(temp_home / ".gemini" / "settings.json", bad)
+    toolsamples.write_gemini_profile(temp_home)
+    (report,) = run_sync(temp_home).tools
+    assert report.status == "error", report
+    message = report.message or ""
+    assert f"{settings}:4: a trailing comma, which Gemini CLI refuses" in message and "remove the comma" in message
+    assert settings.read_text() == bad
+    assert doctor(temp_home / ".config" / "conduit" / "profile.toml", env=Env())["tools"]["gemini"]["state"] == "error"
+    fixed = toolsamples.GEMINI_SETTINGS.replace('"vimMode": true\n', '"vimMode": true // commas in comments, ok\n')
+    toolsamples.write(settings, fixed)
+    (report,) = run_sync(temp_home).tools
+    assert report.status == "changed", report.message
