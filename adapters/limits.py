@@ -8,7 +8,9 @@ key was absent). A render asks ``LimitLedger.settle`` for each slot:
 
 - a limit known now is written; the value it replaces is remembered, unless that value is conduit's own;
 - a limit unknown now puts back what conduit found (or removes the key it added), but only while the file still
-  holds what conduit wrote; a value the person changed or set is kept, and its record dropped.
+  holds what conduit wrote; a value the person changed or set is kept, and its record dropped;
+- a token figure found without any record that equals the one conduit writes now is taken for conduit's (a
+  conduit from before these records wrote it); words (``openai``, ``chat``) stay the person's.
 
 The daemon loads the records per tool (``conduit.daemon.catalog.context``), hands this object to the adapter
 in ``ToolSettings.limits``, and saves ``records`` after a write that succeeded (never in a dry run), so a render
@@ -39,6 +41,13 @@ def _same(a: Any, b: Any) -> bool:
     return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
+def _upgraded(current: Any, wanted: Any) -> bool:
+    """A token figure found without a record that equals the one conduit writes now: taken for conduit's own
+    (written before these records existed), so it goes when the limit becomes unknown. Only integers: a
+    person's own entry often repeats conduit's words (Aider ``litellm_provider: openai``), not its figures."""
+    return (isinstance(wanted, int) and not isinstance(wanted, bool) and _same(current, wanted))
+
+
 @dataclass
 class LimitLedger:
     """The slot records of one tool: ``{file path: {slot: {"wrote": V, "had": U}}}``.
@@ -62,6 +71,8 @@ class LimitLedger:
         rec = self.before.get(str(path), {}).get(slot)
         owned = isinstance(rec, dict) and current is not ABSENT and _same(current, rec.get("wrote"))
         had = rec.get("had", ABSENT) if owned and isinstance(rec, dict) else current
+        if rec is None and _upgraded(current, wanted):
+            had = ABSENT  # no record, and the file already holds the figure conduit writes: an older conduit's
         mine = self.after.setdefault(str(path), {})
         if wanted is None:
             mine.pop(slot, None)

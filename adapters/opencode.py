@@ -226,13 +226,10 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
 def _settle_small_model(doc: dict[str, Any], settings: ToolSettings, ledger: LimitLedger, path: Path) -> Any:
     """The ``small_model`` the file gets (``ABSENT``: none): ``conduit/<small_model>`` when the profile (or the
     fallback channel) sets one. With none set, conduit's value goes and the one it replaced comes back
-    (``conduit.adapters.limits`` records; a value the person changed stays), and a value naming conduit's
-    provider (``conduit/...``) goes even without a record (written by a conduit that kept none)."""
+    (``conduit.adapters.limits`` records; a value the person set or changed stays, even one naming conduit's
+    provider)."""
     wanted = f"{PROVIDER_ID}/{settings.small_model}" if settings.small_model else None
-    value = ledger.settle(path, "small_model", doc.get("small_model", ABSENT), wanted)
-    if wanted is None and isinstance(value, str) and value.startswith(f"{PROVIDER_ID}/"):
-        return ABSENT
-    return value
+    return ledger.settle(path, "small_model", doc.get("small_model", ABSENT), wanted)
 
 
 def _drop_small_model(text: str, path: Path) -> str:

@@ -185,9 +185,10 @@ def test_sigterm_leaves_vllm_serving_for_the_next_agent(temp_home: Path, leaders
 
 def test_a_server_too_busy_to_answer_at_once_is_adopted_not_killed(temp_home: Path, leaders: set[int]) -> None:
     """A saturated vLLM can take longer than one readiness check (5 s) to answer /health: the next agent keeps
-    asking for up to [vllm].unhealthy_restart_s (what a running server gets) instead of killing it."""
+    asking for up to [vllm].unhealthy_restart_s (what a running server gets) instead of killing it, and the
+    fallback judge takes that wait for a first start (no evidence): tools stay on the primary."""
     port = free_port()
-    write_profile(temp_home, vllm_table(port))
+    write_profile(temp_home, vllm_table(port), more='\n[fallback]\nchannel = "gw"\nmodel = "m"\nafter_s = 1\n')
     with AgentProc(temp_home) as agent:
         snap = ready(agent, leaders)
     pid = snap["pid"]
@@ -198,6 +199,8 @@ def test_a_server_too_busy_to_answer_at_once_is_adopted_not_killed(temp_home: Pa
         with AgentProc(temp_home) as second:
             snap = ready(second, leaders, timeout=60)
             assert snap["pid"] == pid and snap["adopted"] and snap["restarts"] == 0, snap.get("warnings")
+        routing = temp_home / ".local" / "state" / "conduit" / "routing.json"
+        assert not routing.exists() or '"active": "primary"' in routing.read_text(), routing.read_text()
     finally:
         resume.cancel()
         with contextlib.suppress(ProcessLookupError):

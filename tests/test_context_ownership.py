@@ -182,3 +182,17 @@ def test_continue_person_limit_kept_and_put_back(temp_home: Path, server: ModelS
     assert run_sync(temp_home).ok
     text = cfg.read_text()
     assert "contextLength: 8000" in text and "maxTokens" not in text and "temperature: 0.2  # mine" in text
+
+
+def test_a_figure_an_older_conduit_wrote_is_still_taken_back(temp_home: Path, server: ModelServer) -> None:
+    """Upgrade from a conduit that kept no records: Codex holds the 4096 it wrote; the first sync finds the same
+    figure, takes it for conduit's, and removes it once the model has no figure (no stale window)."""
+    (temp_home / ".codex").mkdir()
+    (temp_home / ".codex" / "config.toml").write_text("model_context_window = 4096\n")
+    _profile(temp_home, server.url, LISTED)
+    refresh(resolve_channel(load_profile(temp_home / ".config" / "conduit" / "profile.toml"), "gw"))
+    run_sync(temp_home)
+    assert _codex(temp_home)["model_context_window"] == 4096 and limits_path().exists()
+    _profile(temp_home, server.url, "unlisted-model")
+    run_sync(temp_home)
+    assert "model_context_window" not in _codex(temp_home)

@@ -336,6 +336,8 @@ class Keeper:
                 plan = self.router.plan
                 if plan is not None:
                     state = self.vllm.snapshot().get("state") if self.vllm is not None else None
+                    if getattr(self.vllm, "recovering", False):
+                        state = "starting"  # an earlier agent's server being checked for adoption: no evidence
                     now = time.monotonic()
                     if self.router.wants_probe(now, state) and plan.primary in self.prober.health:
                         self.probe_now(plan.primary)

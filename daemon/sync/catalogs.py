@@ -16,7 +16,8 @@ from conduit.daemon.catalog.models import ModelInfo, cache_path, models_base, re
 from conduit.daemon.config.profile import LoadedProfile
 
 CatalogKey = tuple[tuple[str, tuple[ModelInfo, ...] | None], ...]
-"""Per channel of the profile (sorted by name): the models its cache lists, or None without a usable cache."""
+"""Per channel of the profile (sorted by name): the models its cache lists (sorted by id: a gateway that lists
+them in another order lists the same models), or None without a usable cache."""
 
 
 def catalog_files(profile: LoadedProfile) -> set[Path]:
@@ -31,7 +32,7 @@ def catalog_key(profile: LoadedProfile) -> CatalogKey:
     for name in sorted(profile.model.channels):
         roots = profile.roots.get(name)
         cached = read_cache(name, models_base(roots)) if roots else None
-        key.append((name, cached.models if cached is not None else None))
+        key.append((name, tuple(sorted(cached.models, key=lambda m: m.id)) if cached is not None else None))
     return tuple(key)
 
 

@@ -343,7 +343,7 @@ class SyncDaemon:
         if catalog_key(self.profile) != self.catalogs:
             return True
         self._rewatch()
-        return False
+        return catalog_key(self.profile) != self.catalogs  # a file renamed in before the new watch could see it
 
     def _full_sync(self, profile: LoadedProfile, trigger: str) -> None:
         self.catalogs = catalog_key(profile)  # read before the sync: a list written after it brings one more

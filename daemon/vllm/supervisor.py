@@ -106,6 +106,7 @@ class Supervisor(Lifecycle, Reports):
         self.settings = settings
         self.teach(settings)
         self.autostart = autostart
+        self.recovering = False  # True while ``run`` checks an earlier agent's server for adoption
         self.dir = state_dir or paths.state_dir() / "vllm"
         self.memory_probe = memory_probe
         Lifecycle.__init__(self)
@@ -155,7 +156,11 @@ class Supervisor(Lifecycle, Reports):
         self._running = True
         self._run_task = asyncio.current_task()
         try:
-            adopted = await self._recover()
+            self.recovering = True  # the router counts this as a first start: no evidence either way
+            try:
+                adopted = await self._recover()
+            finally:
+                self.recovering = False
             if self.autostart and not adopted:
                 await self._launch()
             while True:
