@@ -196,3 +196,30 @@ def test_a_figure_an_older_conduit_wrote_is_still_taken_back(temp_home: Path, se
     _profile(temp_home, server.url, "unlisted-model")
     run_sync(temp_home)
     assert "model_context_window" not in _codex(temp_home)
+
+
+SAVER = """
+import sys
+from pathlib import Path
+from conduit.adapters.base import Root, ToolSettings
+from conduit.adapters.limits import LimitLedger
+from conduit.adapters.results import WriteResult
+from conduit.daemon.catalog.context import remember_limits
+tool, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    ledger = LimitLedger()
+    ledger.settle(f"/x/{tool}.json", "ctx", 0, 1000 + i)
+    s = ToolSettings(tool=tool, channel="gw", root=Root("http://x"), key=None, model="m", limits=ledger)
+    remember_limits(s, [WriteResult(tool=tool, label=tool, path=Path(f"/x/{tool}.json"), changed=True)],
+                    dry_run=False)
+"""
+
+
+def test_two_processes_saving_records_at_once_keep_both(temp_home: Path) -> None:
+    """The daemon and a one-shot sync save at the same moment: neither erases the other tool's records."""
+    env = dict(os.environ, HOME=str(temp_home))
+    procs = [subprocess.Popen([sys.executable, "-c", SAVER, tool, "60"], env=env) for tool in ("codex", "aider")]
+    assert [p.wait(120) for p in procs] == [0, 0]
+    doc = json.loads(limits_path().read_text())
+    assert doc["codex"] == {"/x/codex.json": {"ctx": {"wrote": 1059, "had": 0}}}
+    assert doc["aider"] == {"/x/aider.json": {"ctx": {"wrote": 1059, "had": 0}}}

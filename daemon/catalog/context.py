@@ -30,7 +30,7 @@ from conduit.daemon.config.paths import state_dir
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
-from conduit.fileio import atomic_write, make_private_dirs, read_regular_file
+from conduit.fileio import atomic_write, locked, make_private_dirs, read_regular_file
 
 LIMITS_MAX_BYTES = 4 << 20
 """Cap on ``limits.json`` (bytes); a real one is a few hundred bytes."""
@@ -108,15 +108,19 @@ def remember_limits(settings: ToolSettings, results: Iterable[WriteResult], *, d
         return
     done = {str(r.path) for r in results if r.error is None}
     new = ledger.records(done)
-    every = _read_limits()
-    if every.get(settings.tool, {}) == new:
-        return
-    every[settings.tool] = new
+    path = limits_path()
     try:
-        make_private_dirs(limits_path().parent)
-        atomic_write(limits_path(), (json.dumps({t: f for t, f in every.items() if f}, indent=1, sort_keys=True)
-                                     + "\n").encode("utf-8"), 0o600)
-    except OSError:
+        make_private_dirs(path.parent)
+        # the daemon and a one-shot `conduit sync` may save at once: the file is re-read and replaced under a
+        # lock, so one tool's records never erase another's
+        with locked(path.with_name(path.name + ".lock"), timeout_s=5.0):
+            every = _read_limits()
+            if every.get(settings.tool, {}) == new:
+                return
+            every[settings.tool] = new
+            atomic_write(path, (json.dumps({t: f for t, f in every.items() if f}, indent=1, sort_keys=True)
+                                + "\n").encode("utf-8"), 0o600)
+    except OSError:  # TimeoutError included: the records stay as they were
         pass
 
 
