@@ -109,6 +109,8 @@ def remember_limits(settings: ToolSettings, results: Iterable[WriteResult], *, d
     done = {str(r.path) for r in results if r.error is None}
     new = ledger.records(done)
     path = limits_path()
+    if _read_limits().get(settings.tool, {}) == new:
+        return  # nothing to save: no lock file either (a sync that wrote nothing leaves the disk as it was)
     try:
         make_private_dirs(path.parent)
         # the daemon and a one-shot `conduit sync` may save at once: the file is re-read and replaced under a
