@@ -6,6 +6,10 @@ points at, is ever read or written by the suite (tests/test_registry.py proves i
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,3 +32,12 @@ def temp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+@pytest.fixture
+def leaders() -> Iterator[set[int]]:
+    """Process groups a test saw (add a vLLM launch's leader pid); whatever is left of them is killed afterwards,
+    so a failing test leaves nothing running."""
+    seen: set[int] = set()
+    yield seen
+    for pgid in seen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)

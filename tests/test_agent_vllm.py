@@ -17,13 +17,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
-import pytest
 from agentproc import AgentProc, conduit_exe, request
 from procs import group
 
@@ -75,16 +73,6 @@ def _alive(pid: int) -> bool:
 def conduit(agent: AgentProc, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run([conduit_exe(), *args], env=agent.env | {"COLUMNS": "200", "NO_COLOR": "1"},
                           capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def leaders() -> Iterator[set[int]]:
-    """Process groups a test saw; whatever is left of them is killed afterwards (a failing test leaves nothing)."""
-    seen: set[int] = set()
-    yield seen
-    for pgid in seen:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
 
 
 def ready(agent: AgentProc, leaders: set[int], timeout: float = 30, **match: Any) -> dict[str, Any]:

@@ -8,14 +8,9 @@ rename as editors save.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from agentproc import AgentProc
 from procs import group
 from test_agent_vllm import free_port, gone, vllm_table, write_profile
@@ -23,23 +18,13 @@ from test_agent_vllm import free_port, gone, vllm_table, write_profile
 CLUSTER = '\n[vllm.cluster]\nrole = "head"\nhead_address = "127.0.0.1:6399"\nnodes = 2\n'
 
 
-@pytest.fixture
-def groups() -> Iterator[set[int]]:
-    """Process groups the test saw; whatever is left of them is killed afterwards."""
-    seen: set[int] = set()
-    yield seen
-    for pgid in seen:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-
-
 def test_a_new_cluster_table_stops_the_single_node_vllm_and_waits_for_the_group(temp_home: Path,
-                                                                               groups: set[int]) -> None:
+                                                                               leaders: set[int]) -> None:
     port = free_port()
     write_profile(temp_home, vllm_table(port))
     with AgentProc(temp_home) as agent:
         snap = agent.wait_for("/v1/vllm", lambda b: b.get("state") == "ready", timeout=30)
-        groups.add(snap["pid"])
+        leaders.add(snap["pid"])
         first = group(snap["pid"])
         write_profile(temp_home, vllm_table(port) + CLUSTER)
         status = agent.wait_for("/v1/status", lambda b: (b.get("cluster") or {}).get("kind") == "ray_missing",
