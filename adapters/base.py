@@ -25,7 +25,7 @@ from conduit.adapters.outranks import Blocker
 
 __all__ = [
     "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "Effective", "Env", "NoOptions",
-    "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "TAKE_CURRENT", "Target", "TextTarget", "ToolFacts",
+    "FROM_CONDUIT", "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "TAKE_CURRENT", "Target", "TextTarget", "ToolFacts",
     "ToolSettings", "Unsupported",
 ]
 
@@ -200,11 +200,16 @@ class SqliteTarget:
 Target = TextTarget | SqliteTarget
 
 
+FROM_CONDUIT = "conduit"
+"""First item of a ``TAKE_CURRENT`` tuple ``(FROM_CONDUIT, channel, ...)``: the fallback routing alone moved the
+tool, so "current" may move only from the rows of those channels (conduit's rows of this route)."""
+
 TAKE_CURRENT = "_take_current"
 """The option the sync engine adds for an adapter that ``keeps_user_choice`` (CC Switch; never the profile: its
 ``Options`` refuses it there): True when conduit should take the tool's own selection back (the profile's choice
-changed since the last sync, or ``--force``); ``"conduit"`` when only the fallback routing moved the tool, so
-the selection moves only when it is one of conduit's own providers; False otherwise. Here, not in cc_switch.py, so the engine need not import that
+changed since the last sync, or ``--force``); ``(FROM_CONDUIT, channel, ...)`` when only the fallback routing
+moved the tool, so the selection moves only when it is conduit's row of one of those channels (the profile's,
+the route's before and after); False otherwise. Here, not in cc_switch.py, so the engine need not import that
 adapter (and psutil, sqlite) to name it."""
 
 

@@ -17,7 +17,7 @@ Coexistence: a provider chosen in CC Switch's own window is the user's choice. `
 current in content, but marks it current (both layers) only when the sync engine says the profile's choice for
 CC Switch changed since the last sync, or ``conduit sync --force`` (the engine's ``TAKE_CURRENT`` option), or
 when no provider is current at all. A fallback routing switch alone moves "current" only between conduit's own
-rows (``FROM_CONDUIT``), never away from a provider the user picked. ``selected_provider`` says which provider CC Switch has selected (doctor).
+rows of the route (``FROM_CONDUIT``), never away from a provider the user picked. ``selected_provider`` says which provider CC Switch has selected (doctor).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import (
+    FROM_CONDUIT,
     TAKE_CURRENT,
     AdapterDefaults,
     Env,
@@ -70,22 +71,27 @@ class CCSwitchOptions(BaseModel):
 
 
 # TAKE_CURRENT (imported above from base, where the engine names it): True when conduit should take
-# ``is_current`` back (the profile's choice changed since the last sync, or ``--force``); FROM_CONDUIT when only
-# the fallback routing moved the tool to another channel: then "current" moves from one of conduit's rows to the
-# new one, never away from a provider the user picked; False: keep whatever is current.
-FROM_CONDUIT = "conduit"
-TakeMode = bool | str
+# ``is_current`` back (the profile's choice changed since the last sync, or ``--force``); (FROM_CONDUIT, channel,
+# ...) when only the fallback routing moved the tool: then "current" moves from conduit's row of one of those
+# channels to the new one, never away from a provider the user picked (an older ``conduit-*`` row included);
+# False: keep whatever is current.
+TakeMode = bool | frozenset[str]
 
 
 def _take_mode(value: Any) -> TakeMode:
-    """The engine's ``TAKE_CURRENT`` value: ``FROM_CONDUIT``, else its truth (True when absent)."""
-    return FROM_CONDUIT if value == FROM_CONDUIT else bool(value)
+    """The engine's ``TAKE_CURRENT`` value: the provider ids "current" may move from for a routing switch, else
+    its truth (True when absent)."""
+    if isinstance(value, (tuple, list)) and value and value[0] == FROM_CONDUIT:
+        return frozenset(provider_id(str(c)) for c in value[1:])
+    return bool(value)
 
 
 def _may_take(take: TakeMode, current: list[str]) -> bool:
-    """Whether conduit's row may become current while ``current`` (provider ids) are: ``take`` True, or
-    ``FROM_CONDUIT`` and every current one is conduit's (``conduit-<channel>``)."""
-    return take is True or (take == FROM_CONDUIT and all(c.startswith("conduit-") for c in current))
+    """Whether conduit's row may become current while ``current`` (provider ids) are: ``take`` True, or a set of
+    ids (a routing switch) holding every current one."""
+    if isinstance(take, frozenset):
+        return all(c in take for c in current)
+    return take is True
 
 
 def provider_id(channel: str) -> str:

@@ -179,3 +179,21 @@ def test_cc_switch_on_conduits_row_follows_the_routing(temp_home: Path) -> None:
     _route(profile, "primary")
     _sync(temp_home)
     assert _current(db) == (["conduit-prim"], "conduit-prim")
+
+
+def test_cc_switch_users_pick_of_an_older_conduit_row_survives_the_routing(temp_home: Path) -> None:
+    """A `conduit-old` row (a channel the profile used before) that the person picked in CC Switch is their
+    choice: a routing switch moves "current" only between this route's rows (conduit-prim, conduit-fb)."""
+    db = cc_switch_db(temp_home)
+    profile = _profile(temp_home, tools=("cc_switch",))
+    _sync(temp_home)
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO providers (id, app_type, name, settings_config, is_current) "
+                     "SELECT 'conduit-old', app_type, 'conduit: old', settings_config, 0 FROM providers "
+                     "WHERE id = 'conduit-prim'")
+    conn.close()
+    _choose(db, "conduit-old")
+    for active in ("fallback", "primary"):
+        _route(profile, active)
+        _sync(temp_home)
+        assert _current(db) == (["conduit-old"], "conduit-old"), active

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from conduit.adapters.backups import BackupStore
-from conduit.adapters.base import TAKE_CURRENT, Env, NotFound, Unsupported
+from conduit.adapters.base import FROM_CONDUIT, TAKE_CURRENT, Env, NotFound, Unsupported
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer import Writer, WriteResult
 from conduit.daemon.catalog.context import remember_limits, with_context
@@ -190,7 +190,6 @@ def _read_choices() -> dict[str, str] | None:
 
 
 _ROUTED = ".routed"  # choices.json key suffix: the fallback channel a tool was last synced to, while routed there
-FROM_CONDUIT = "conduit"  # TAKE_CURRENT value: take "current" only from conduit's own rows (adapters/cc_switch.py)
 
 
 def _profile_channel(resolver: Resolver, name: str) -> str:
@@ -200,16 +199,18 @@ def _profile_channel(resolver: Resolver, name: str) -> str:
     return (cfg.channel if cfg and cfg.channel else None) or resolver.profile.model.channel
 
 
-def _take(choices: dict[str, str] | None, name: str, resolver: Resolver) -> bool | str:
+def _take(choices: dict[str, str] | None, name: str, resolver: Resolver) -> bool | tuple[str, ...]:
     """The ``TAKE_CURRENT`` value for ``name``: True when the profile's channel for it differs from the one
-    remembered (or none is); ``FROM_CONDUIT`` when only the fallback routing moved it (another routed channel, or
-    back to the profile's); False when nothing changed or the record is unreadable (``choices`` None)."""
+    remembered (or none is); ``(FROM_CONDUIT, profile's channel, route before, route now)`` when only the fallback
+    routing moved it (another routed channel, or back to the profile's); False when nothing changed or the record
+    is unreadable (``choices`` None)."""
     if choices is None:
         return False
     own = _profile_channel(resolver, name)
     if choices.get(name) != own:
         return True
-    return FROM_CONDUIT if choices.get(name + _ROUTED, own) != resolver.tool_channel_name(name) else False
+    before, now = choices.get(name + _ROUTED, own), resolver.tool_channel_name(name)
+    return (FROM_CONDUIT, own, before, now) if before != now else False
 
 
 def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], resolver: Resolver) -> None:
@@ -233,7 +234,8 @@ def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], re
         pass
 
 
-def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *, take: bool | str = True) -> ToolReport:
+def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
+               take: bool | tuple[str, ...] = True) -> ToolReport:
     adapter = ADAPTERS[name]
     report = ToolReport(tool=name, display=adapter.display_name, status="unchanged")
     if not resolver.profile.model.tools[name].enabled:
