@@ -401,7 +401,8 @@ def test_key_set_warns_when_no_channel_reads_that_secret(temp_home: Path) -> Non
     p = write_profile(temp_home, tools=("claude_code",), key_text=None)
     p.write_text(p.read_text().replace('auth = "bearer"\n', 'auth = "bearer"\nkey = { secret = "taotoken" }\n'))
     r = conduit(temp_home, "key", "set", "taotokn", stdin="sk-1234567890abcdef\n")
-    assert r.returncode == 0 and "reads secret `taotokn`: did you mean `taotoken`?" in r.stderr, r.stderr
+    assert r.returncode == 0 and "reads secret `taotokn` yet: did you mean `taotoken`?" in r.stderr, r.stderr
+    assert "a channel you are about to add: give it `key = { secret = \"taotokn\" }`" in " ".join(r.stderr.split())
     r = conduit(temp_home, "key", "set", "taotoken", stdin="sk-1234567890abcdef\n")
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
 

@@ -100,8 +100,9 @@ def _unreferenced(name: str) -> str | None:
     names = [ch.key.secret for ch in profile.model.channels.values() if ch.key is not None and ch.key.secret]
     if name in names or not names:
         return None if name in names else f"no channel in {profile.path} reads secret `{name}` yet"
-    return (f"no channel in {profile.path} reads secret `{name}`: " + did_you_mean(name, names)
-            + f" (then `conduit key rm {name}` and store it again under the right name)")
+    return (f"no channel in {profile.path} reads secret `{name}` yet: " + did_you_mean(name, names)
+            + f" (a typo: `conduit key rm {name}` and store it again under the right name; a channel you are "
+            f"about to add: give it `key = {{ secret = \"{name}\" }}`)")
 
 
 @key_app.command("list")
