@@ -149,6 +149,7 @@ def test_service_install_cli_warns_about_env_keys(temp_home: Path) -> None:
                        text=True, env=dict(os.environ, HOME=str(temp_home)), timeout=60)
     assert r.returncode == 0, r.stderr
     assert "wrote" in r.stdout and "systemctl --user enable --now conduit-sync.service" in r.stdout
+    assert "systemctl --user enable --now conduit-agent.service" in r.stdout  # the agent's unit is named too
     assert "GW_KEY" in r.stderr and "does not see" in r.stderr
     assert (temp_home / ".config" / "systemd" / "user" / "conduit-sync.service").exists()
 

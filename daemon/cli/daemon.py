@@ -178,6 +178,9 @@ def service_install(
         typer.echo("next:" if not enable else "run these:")
         for cmd in res.commands:
             typer.echo("  " + " ".join(cmd))
+        if not agent:
+            typer.echo("  # and, for vLLM supervision and the status socket (`conduit status`, `conduit wait`):\n"
+                       "  systemctl --user enable --now conduit-agent.service")
     elif res.succeeded:
         typer.echo("ran: " + "; ".join(" ".join(c) for c in res.commands[: res.succeeded]))
     for e in res.errors:
