@@ -45,7 +45,13 @@ def test_a_new_model_list_reaches_the_tools_and_the_same_list_costs_nothing(temp
         wait_for(lambda: _context(temp_home) == 8192, what="context 8192 from the first cache")
         _cache(base, 8192)  # the same models, fetched again (the agent refreshes every minute)
         _cache(base, 32768)
-        wait_for(lambda: _context(temp_home) == 32768, what="context 32768 from the new list")
+        try:
+            wait_for(lambda: _context(temp_home) == 32768, what="context 32768 from the new list")
+        except AssertionError:
+            print(daemon.log()[-6000:])
+            state = temp_home / ".local" / "state" / "conduit" / "state.json"
+            print("STATE", state.read_text() if state.exists() else "none")
+            raise
         wait_for(lambda: daemon.log().count("sync codex: changed") >= 3, what="log lines")
     finally:
         assert daemon.stop() == 0

@@ -360,6 +360,9 @@ class SyncDaemon:
         self.route = log_switch(self.route, profile, self.resolver, report)
         self._note_routing_problem()  # the sync's Resolver read the routing file too
         self._rewatch()
+        if self.catalog_files and catalog_key(profile) != self.catalogs:
+            # a list written during the sync, maybe into a directory watched only from now on: one more batch
+            self.queue.put(next(iter(self.catalog_files)))
 
     def _note_routing_problem(self) -> None:
         """Log why the routing file could not be read (``reading_problem``: unparseable, too large...) once per
