@@ -45,11 +45,11 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.jsonfile import json_target, parse_json_object
+from conduit.adapters.declarations import Blocker, git_root, read_env_quietly
+from conduit.adapters.formats.jsonfile import json_target, parse_json_object
+from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.textformats import parse_yaml, tool_version, yaml_target
 from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.adapters.masking import shown
-from conduit.adapters.outranks import Blocker, git_root, read_env_quietly
-from conduit.adapters.textformats import parse_yaml, tool_version, yaml_target
 from conduit.errors import ToolFileError
 
 SECRETS = ("openai-api-key",)

@@ -3,7 +3,7 @@
 An adapter knows nothing about profiles. The daemon resolves a profile into one ``ToolSettings`` per tool
 (protocol roots already normalized, key already cleaned) and calls ``adapter.plan(settings, env)``, which
 returns *targets*: for each file, a pure function from the file's current content to its new content.
-One shared writer (``conduit.adapters.writer``) reads, renders, diffs (secrets masked), backs up and
+One shared writer (``conduit.adapters.writer.apply``) reads, renders, diffs (secrets masked), backs up and
 replaces atomically. Adapters never touch the disk themselves (STYLE.md habit 4), except to *read* for
 detection.
 """
@@ -19,9 +19,9 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from conduit.adapters.declarations import Blocker
 from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
 from conduit.adapters.limits import LimitLedger
-from conduit.adapters.outranks import Blocker
 
 __all__ = [
     "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "Effective", "Env", "NoOptions",
@@ -268,7 +268,7 @@ class Adapter(Protocol):
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
         """Read-only, for ``conduit doctor``: every source that will stop the tool from using ``settings`` even
-        when its files match (see ``conduit.adapters.outranks``); ``[]`` when none. Never raises."""
+        when its files match (see ``conduit.adapters.declarations``); ``[]`` when none. Never raises."""
         ...
 
 

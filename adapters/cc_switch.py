@@ -48,8 +48,8 @@ from conduit.adapters.base import (
     ToolSettings,
 )
 from conduit.adapters.claude_code import SECRET_VARS, anthropic_env, anthropic_proposal, merge_env
-from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
-from conduit.adapters.masking import mask_values, secret_values
+from conduit.adapters.formats.jsonfile import as_object, json_target, read_json_quietly
+from conduit.adapters.formats.masking import mask_values, secret_values
 from conduit.errors import ToolFileError
 
 APP_TYPE = "claude"

@@ -36,11 +36,11 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.jsonfile import json_target, read_json_quietly
+from conduit.adapters.declarations import Blocker
+from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
+from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.textformats import tool_version
 from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.adapters.masking import shown
-from conduit.adapters.outranks import Blocker
-from conduit.adapters.textformats import tool_version
 from conduit.errors import ToolFileError
 
 AUTH_VARS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")

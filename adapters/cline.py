@@ -40,7 +40,7 @@ from conduit.adapters.base import (
     ToolSettings,
     Unsupported,
 )
-from conduit.adapters.jsonfile import as_object, json_target, read_json_quietly
+from conduit.adapters.formats.jsonfile import as_object, json_target, read_json_quietly
 from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.redact import fingerprint
 

@@ -46,10 +46,10 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
+from conduit.adapters.declarations import Blocker
+from conduit.adapters.formats.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
+from conduit.adapters.formats.versions import at_least, installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.adapters.outranks import Blocker
-from conduit.adapters.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
-from conduit.adapters.versions import at_least, installed_version
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 

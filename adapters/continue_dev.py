@@ -35,8 +35,8 @@ from conduit.adapters.base import (
     ToolSettings,
     Unsupported,
 )
+from conduit.adapters.formats.textformats import parse_yaml, yaml_target
 from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.adapters.textformats import parse_yaml, yaml_target
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 

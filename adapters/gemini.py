@@ -15,7 +15,7 @@ Facts (google-gemini/gemini-cli ``packages/cli/src/config/settings.ts`` ``findEn
   the CLI use ``GEMINI_API_KEY``. Layers: system defaults < user < workspace ``.gemini/settings.json`` <
   system ``/etc/gemini-cli/settings.json``.
 - Environment and settings are read at start-up: restart running sessions.
-- Folder trust decides whether any of this is read (``conduit.adapters.gemini_trust``): ``[tools.gemini]
+- Folder trust decides whether any of this is read (``conduit.adapters.formats.trustedfolders``): ``[tools.gemini]
   trust = ["~/src", ...]`` adds those folders to ``trustedFolders.json`` as ``TRUST_FOLDER``, and doctor says
   ``untrusted`` for a working folder Gemini CLI does not trust.
 """
@@ -27,7 +27,6 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from conduit.adapters import gemini_trust as trust
 from conduit.adapters.base import (
     AdapterDefaults,
     Effective,
@@ -38,9 +37,16 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.masking import shown
-from conduit.adapters.outranks import Blocker
-from conduit.adapters.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv, tool_version
+from conduit.adapters.declarations import Blocker
+from conduit.adapters.formats import trustedfolders as trust
+from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.textformats import (
+    dotenv_target,
+    jsonc_target,
+    parse_jsonc,
+    read_dotenv,
+    tool_version,
+)
 from conduit.errors import ToolFileError
 
 ENV_VARS = ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GEMINI_MODEL")

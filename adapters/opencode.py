@@ -3,7 +3,7 @@
 Facts (sst/opencode docs ``config``, ``providers`` ("Custom provider"), and ``packages/opencode/src/config``):
 - Global config: ``$XDG_CONFIG_HOME/opencode/`` (default ``~/.config/opencode/``), file ``opencode.jsonc``,
   ``opencode.json`` or the older ``config.json``; JSON with comments and trailing commas. Comments survive
-  conduit's edits (surgical JSONC edits, ``conduit.adapters.textformats``); a file that cannot be edited
+  conduit's edits (surgical JSONC edits, ``conduit.adapters.formats.textformats``); a file that cannot be edited
   safely is refused with a message.
 - A custom OpenAI-compatible provider: ``provider.<id> = {"npm": "@ai-sdk/openai-compatible", "name": ...,
   "options": {"baseURL": ..., "apiKey": ...}, "models": {"<model id>": {"name": ...}}}``; ``model`` /
@@ -40,9 +40,9 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.jsonc import _SpanParser, strip_jsonc
+from conduit.adapters.formats.jsonc import _SpanParser, strip_jsonc
+from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
 from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.adapters.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
 from conduit.errors import ToolFileError
 
 PROVIDER_ID = "conduit"

@@ -1,5 +1,5 @@
 """Atomic file I/O and locks for every file conduit writes: its own (profile, secrets, state) and, through the
-one writer (``conduit.adapters.writer``), the tools'.
+one writer (``conduit.adapters.writer.apply``), the tools'.
 
 - ``atomic_write``: temp file in the same directory, fsync, rename, directory fsync; through symlinks.
 - ``new_tmp`` / ``fill_tmp`` / ``release_tmp``: the pieces, for a writer that must compare the file once more

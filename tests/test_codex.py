@@ -9,7 +9,7 @@ import toolsamples
 from toolfiles import lifecycle, run_sync, write_profile
 
 from conduit.adapters.base import Env
-from conduit.adapters.textformats import read_dotenv
+from conduit.adapters.formats.textformats import read_dotenv
 from conduit.daemon.sync.doctor import doctor
 
 OWNED_ROOT = {"model", "model_provider"}
@@ -105,7 +105,7 @@ def test_doctor_reports_profile_override(temp_home: Path) -> None:
 def test_installed_version_is_cached_per_binary_and_mtime(tmp_path: Path) -> None:
     import os
 
-    from conduit.adapters.versions import at_least, installed_version
+    from conduit.adapters.formats.versions import at_least, installed_version
 
     exe = tmp_path / "codex"
     exe.write_text('#!/bin/sh\necho "codex-cli 0.171.0"\n')

@@ -203,7 +203,7 @@ import sys
 from pathlib import Path
 from conduit.adapters.base import Root, ToolSettings
 from conduit.adapters.limits import LimitLedger
-from conduit.adapters.results import WriteResult
+from conduit.adapters.writer.results import WriteResult
 from conduit.daemon.catalog.context import remember_limits
 tool, n = sys.argv[1], int(sys.argv[2])
 for i in range(n):

@@ -8,7 +8,7 @@ import toolsamples
 from toolfiles import lifecycle, run_sync
 
 from conduit.adapters.base import Env
-from conduit.adapters.textformats import dotenv_target, parse_jsonc, read_dotenv, set_dotenv
+from conduit.adapters.formats.textformats import dotenv_target, parse_jsonc, read_dotenv, set_dotenv
 from conduit.daemon.sync.doctor import doctor
 
 

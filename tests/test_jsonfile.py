@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conduit.adapters.backups import BackupStore
-from conduit.adapters.jsonfile import dump_json, json_target, mask_json_keys, parse_json_object
-from conduit.adapters.writer import Writer
+from conduit.adapters.formats.jsonfile import dump_json, json_target, mask_json_keys, parse_json_object
+from conduit.adapters.writer.apply import Writer
+from conduit.adapters.writer.backups import BackupStore
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 

@@ -50,51 +50,41 @@ def test_one_nvml_reader() -> None:
     assert readers == ["daemon/agent/gpu.py"]
 
 
-def _link_tree(dest: Path) -> Path:
-    """The same link tree `make lint` builds: conduit/{kernel files, daemon, adapters} as symlinks."""
-    pkg = dest / "conduit"
-    pkg.mkdir(parents=True)
-    for entry in (ROOT / "conduit").iterdir():
-        if entry.name != "__pycache__":
-            (pkg / entry.name).symlink_to(entry)
-    (pkg / "daemon").symlink_to(ROOT / "daemon")
-    (pkg / "adapters").symlink_to(ROOT / "adapters")
-    return pkg
-
-
 @pytest.mark.skipif(shutil.which("mypy", path=os.path.dirname(sys.executable)) is None, reason="mypy not installed")
 def test_mypy_sees_a_wrong_cross_module_call(tmp_path: Path) -> None:
-    """A `-> str` function assigned to an `int` in another module is an error mypy reports: the package-dir
-    mapping no longer hides `conduit.*` imports from the type checker."""
-    tree = tmp_path / "tree"
-    _link_tree(tree)
-    probe = tree / "probe_wrong_call.py"
+    """A `-> str` function assigned to an `int` in another module is an error mypy reports, run from the
+    repository root as `make lint` runs it (folder = import path: no link tree)."""
+    tree = ROOT
+    probe = tmp_path / "probe_wrong_call.py"
     probe.write_text("from conduit.units import format_bytes\n\nn: int = format_bytes(1)\n", encoding="utf-8")
     mypy = [str(Path(sys.executable).parent / "mypy"), "--config-file", str(ROOT / "pyproject.toml"),
             "--cache-dir", str(tmp_path / "cache"), "--follow-imports=silent"]
-    bad = subprocess.run([*mypy, "probe_wrong_call.py"], cwd=tree, capture_output=True, text=True, timeout=280)
+    bad = subprocess.run([*mypy, str(probe)], cwd=tree, capture_output=True, text=True, timeout=280)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert 'Incompatible types in assignment (expression has type "str", variable has type "int")' in bad.stdout
     probe.write_text("from conduit.units import format_bytes\n\ns: str = format_bytes(1)\n", encoding="utf-8")
-    good = subprocess.run([*mypy, "probe_wrong_call.py"], cwd=tree, capture_output=True, text=True, timeout=280)
+    good = subprocess.run([*mypy, str(probe)], cwd=tree, capture_output=True, text=True, timeout=280)
     assert good.returncode == 0, good.stdout + good.stderr
 
 
 def test_the_wheel_holds_every_module(tmp_path: Path) -> None:
     """A non-editable install (``pip install .``, the README's) gets every module of the tree: the wheel is built
     for real (setuptools, no network) and its file list compared with the sources. An editable install hides a
-    package left out of ``[tool.setuptools] packages``."""
+    package the discovery misses."""
     src = tmp_path / "src"  # a copy of the tracked files: setuptools' build/ of the checkout may hold old files
     tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
                              text=True, timeout=60, check=True).stdout.splitlines()
     for name in tracked:
-        if (ROOT / name).is_file():
+        if (ROOT / name).is_symlink():  # conduit/daemon -> ../daemon ...: links travel as links
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            (src / name).symlink_to(os.readlink(ROOT / name))
+        elif (ROOT / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                         "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    [wheel] = (tmp_path / "dist").glob("conduit-*.whl")
+    [wheel] = (tmp_path / "dist").glob("conduit_sync-*.whl")
     import zipfile
 
     with zipfile.ZipFile(wheel) as z:
@@ -103,4 +93,17 @@ def test_the_wheel_holds_every_module(tmp_path: Path) -> None:
     missing = sorted(f"{roots[p.relative_to(ROOT).parts[0]]}/{p.relative_to(ROOT / p.relative_to(ROOT).parts[0])}"
                      for p in _sources() if "__pycache__" not in p.parts)
     missing = [m for m in missing if m not in names]
-    assert missing == [], f"left out of the wheel (pyproject [tool.setuptools] packages): {missing}"
+    assert missing == [], f"left out of the wheel (pyproject [tool.setuptools.packages.find]): {missing}"
+
+
+def test_folder_is_import_path() -> None:
+    """Every ``conduit.*`` import resolves from the repository root by folder: the design card's top-level
+    folders are reached through committed links, and nothing builds a link tree (Makefile, pyproject)."""
+    for name in ("daemon", "adapters", "profiles", "systemd"):
+        link = ROOT / "conduit" / name
+        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve(), f"conduit/{name} -> ../{name}"
+    for text in ((ROOT / "Makefile").read_text(encoding="utf-8"), (ROOT / "pyproject.toml").read_text(encoding="utf-8")):
+        assert "build/typecheck" not in text and "package-dir" not in text
+    r = subprocess.run([sys.executable, "-c", "import conduit.daemon.sync.engine as m; print(m.__file__)"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and r.stdout.strip() == str(ROOT / "conduit" / "daemon" / "sync" / "engine.py"), r.stderr

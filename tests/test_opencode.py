@@ -8,7 +8,7 @@ from pathlib import Path
 import toolsamples
 from toolfiles import lifecycle, run_sync, write_profile
 
-from conduit.adapters.textformats import parse_jsonc
+from conduit.adapters.formats.textformats import parse_jsonc
 
 
 def test_fixture_survives_only_owned_keys_change(temp_home: Path) -> None:

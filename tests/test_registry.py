@@ -36,7 +36,7 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.jsonfile import json_target, read_json_quietly
+from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
 from conduit.adapters.registry import ADAPTERS, declared_env_vars
 from conduit.daemon.cli.main import main as cli_main
 

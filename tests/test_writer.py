@@ -29,12 +29,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from isolation import env_for_subprocess
 
-from conduit.adapters import writer as writer_mod
-from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import SqliteTarget, TextTarget
-from conduit.adapters.jsonfile import json_target
-from conduit.adapters.sqlite_apply import SqliteApplier
-from conduit.adapters.writer import Writer
+from conduit.adapters.formats.jsonfile import json_target
+from conduit.adapters.writer import apply as writer_mod
+from conduit.adapters.writer.apply import Writer
+from conduit.adapters.writer.backups import BackupStore
+from conduit.adapters.writer.sqlite_apply import SqliteApplier
 from conduit.errors import ToolFileError
 from conduit.fileio import TMP_MARK
 from conduit.redact import fingerprint
@@ -766,9 +766,9 @@ CRASH_LOOP = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from conduit.adapters.jsonfile import json_target
-    from conduit.adapters.backups import BackupStore
-    from conduit.adapters.writer import Writer
+    from conduit.adapters.formats.jsonfile import json_target
+    from conduit.adapters.writer.backups import BackupStore
+    from conduit.adapters.writer.apply import Writer
 
     path, backups = Path(sys.argv[1]), Path(sys.argv[2])
     writer = Writer(BackupStore(backups, keep=3))

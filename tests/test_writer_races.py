@@ -4,7 +4,7 @@
   never writes over one, and never keeps a blank or unparseable backup; the saver's last document survives.
 - A file that stays blank or unparseable is skipped with an error naming it; a restore refuses such a backup.
 - A save that lands between conduit's last check and its swap (rename-style or in place) is put back and
-  merged, never replaced (``conduit.adapters.exchange``).
+  merged, never replaced (``conduit.adapters.writer.exchange``).
 - A writer killed mid-write leaves a temp file that the next ``conduit sync`` removes.
 """
 
@@ -24,10 +24,10 @@ import pytest
 from isolation import env_for_subprocess
 from toolfiles import write_profile
 
-from conduit.adapters import writer as writer_mod
-from conduit.adapters.backups import BackupStore
-from conduit.adapters.jsonfile import json_target
-from conduit.adapters.writer import Writer
+from conduit.adapters.formats.jsonfile import json_target
+from conduit.adapters.writer import apply as writer_mod
+from conduit.adapters.writer.apply import Writer
+from conduit.adapters.writer.backups import BackupStore
 from conduit.errors import ToolFileError
 from conduit.fileio import TMP_MARK
 
@@ -219,9 +219,9 @@ STUCK_WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from conduit.adapters import writer
-    from conduit.adapters.backups import BackupStore
-    from conduit.adapters.jsonfile import json_target
+    from conduit.adapters.writer import apply as writer
+    from conduit.adapters.writer.backups import BackupStore
+    from conduit.adapters.formats.jsonfile import json_target
 
     def stuck(*args):  # the temp file is filled; the process dies before it is put in place
         print("ready", flush=True)

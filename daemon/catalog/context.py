@@ -24,7 +24,7 @@ from typing import Any
 from conduit.adapters.base import ToolSettings
 from conduit.adapters.limits import LimitLedger
 from conduit.adapters.registry import ADAPTERS
-from conduit.adapters.results import WriteResult
+from conduit.adapters.writer.results import WriteResult
 from conduit.daemon.catalog.models import FETCH_TIMEOUT_S, CatalogError, models_base, read_cache, refresh
 from conduit.daemon.config.paths import state_dir
 from conduit.daemon.config.profile import LoadedProfile

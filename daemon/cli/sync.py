@@ -16,9 +16,9 @@ from typing import Any
 import typer
 from rich.markup import escape as esc
 
-from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env
 from conduit.adapters.registry import ADAPTERS
+from conduit.adapters.writer.backups import BackupStore
 from conduit.daemon.catalog.context import refresh_stale
 from conduit.daemon.catalog.models import cache_max_age_s, models_base, read_cache
 from conduit.daemon.cli.app import state

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import FROM_CONDUIT, TAKE_CURRENT, Env, NotFound, Unsupported
 from conduit.adapters.registry import ADAPTERS
-from conduit.adapters.writer import Writer, WriteResult
+from conduit.adapters.writer.apply import Writer, WriteResult
+from conduit.adapters.writer.backups import BackupStore
 from conduit.daemon.catalog.context import remember_limits, with_context
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile

@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env
+from conduit.adapters.writer.backups import BackupStore
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver

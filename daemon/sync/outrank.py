@@ -3,7 +3,7 @@
 The files matching the profile is not enough (issue 16 item 5): a source that outranks or bypasses conduit
 (``overridden``), a folder Gemini CLI does not trust (``untrusted``) or a setting the installed version refuses
 (``refused``) means the tool will not do what the profile says. ``apply_blockers`` asks the adapter's
-``outranks(settings, env)`` (``conduit.adapters.outranks``) and, for a tool whose files are in sync, drifted or
+``outranks(settings, env)`` (``conduit.adapters.declarations``) and, for a tool whose files are in sync, drifted or
 not synced yet, replaces the state by the most severe blocker's, with its ``why`` and ``fix``.
 """
 

@@ -19,7 +19,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from conduit.adapters.backups import Backup, BackupStore
+from conduit.adapters.writer.backups import Backup, BackupStore
 from conduit.daemon.config import paths
 from conduit.redact import MIN_SECRET_LEN, fingerprint, redact_bytes
 

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from conduit.adapters.backups import BackupStore
 from conduit.adapters.base import Env, NotFound, Root, Target, ToolSettings, Unsupported
 from conduit.adapters.registry import ADAPTERS
-from conduit.adapters.writer import Writer
+from conduit.adapters.writer.apply import Writer
+from conduit.adapters.writer.backups import BackupStore
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.verify.copyconfig import TempHome

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from conduit.adapters.base import Env
-from conduit.adapters.jsonc import parse_jsonc
+from conduit.adapters.formats.jsonc import parse_jsonc
 from conduit.errors import ToolFileError
 from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
 

@@ -3,7 +3,7 @@
 ``Seen`` holds the bytes, the ``fstat`` and a SHA-256 of one read; two reads are the same file only when the
 device, inode, size, ``mtime_ns`` and content hash all match (an in-place save can keep the inode and, within the
 kernel's timestamp granularity, the mtime; a rename-style save keeps neither). The writer compares the file with
-what it merged from immediately before (and, with ``conduit.adapters.exchange``, right after) putting its own
+what it merged from immediately before (and, with ``conduit.adapters.writer.exchange``, right after) putting its own
 file in place.
 
 A tool that saves by truncate-then-write leaves its file empty (or cut short) for a moment: ``blank`` says the
@@ -20,8 +20,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from conduit.adapters.jsonc import parse_jsonc
-from conduit.adapters.textformats import parse_toml, parse_yaml
+from conduit.adapters.formats.jsonc import parse_jsonc
+from conduit.adapters.formats.textformats import parse_toml, parse_yaml
 from conduit.errors import ToolFileError
 
 __all__ = ["SETTLE_WAITS_S", "Seen", "blank", "read_seen", "whole_text_problem"]

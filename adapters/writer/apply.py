@@ -5,9 +5,9 @@ disk and a ``WriteResult`` for the report. What it guarantees (DESIGN.md "Writin
 
 - **Nothing written when nothing changed**: same bytes -> no write, the file's mtime and inode stay.
 - **Merge survives concurrent edits**: the file is re-read after the temp file is filled and compared with what
-  was merged (device, inode, size, ``mtime_ns``, SHA-256: ``conduit.adapters.snapshot.Seen``) once more right
+  was merged (device, inode, size, ``mtime_ns``, SHA-256: ``conduit.adapters.writer.snapshot.Seen``) once more right
   before the swap; on Linux the swap is ``renameat2(RENAME_EXCHANGE)`` and the displaced file is compared right
-  after it too, the swap undone when it differs (``conduit.adapters.exchange``). If another program (Claude Code
+  after it too, the swap undone when it differs (``conduit.adapters.writer.exchange``). If another program (Claude Code
   itself, a hooks installer) changed the file, the target is rendered again from the new content, up to
   ``MAX_RENDERS`` times.
 - **Half-saved files are never merged from**: a file that exists but is blank or does not parse may be in the
@@ -21,9 +21,9 @@ disk and a ``WriteResult`` for the report. What it guarantees (DESIGN.md "Writin
 - **Modes**: an existing mode is kept unless looser than ``target.mode`` (then tightened, with a notice); new
   files get ``target.mode`` whatever the umask; the owner is kept where the OS allows.
 - **Backups**: before any change the bytes of the last re-read are copied to the backup store
-  (``conduit.adapters.backups.BackupStore``, which also restores through this writer); blank or unparseable
+  (``conduit.adapters.writer.backups.BackupStore``, which also restores through this writer); blank or unparseable
   bytes are never kept as a restore point.
-- **SQLite**: one ``BEGIN IMMEDIATE`` transaction with a busy timeout (``conduit.adapters.sqlite_apply``); a
+- **SQLite**: one ``BEGIN IMMEDIATE`` transaction with a busy timeout (``conduit.adapters.writer.sqlite_apply``); a
   database holding a key is made 0600 with its ``-journal``/``-wal``/``-shm`` files.
 - **Secrets**: diffs, errors and notices pass through ``target.mask`` and ``conduit.redact.redact`` over the
   writer's ``secrets`` list (each replaced by its fingerprint).
@@ -53,10 +53,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conduit.adapters.base import SqliteTarget, TextTarget
-from conduit.adapters.exchange import exchange, place_new
-from conduit.adapters.results import Backup, BackupSink, WriteResult
-from conduit.adapters.snapshot import SETTLE_WAITS_S, Seen, blank, read_seen, whole_text_problem
-from conduit.adapters.sqlite_apply import SqliteApplier
+from conduit.adapters.writer.exchange import exchange, place_new
+from conduit.adapters.writer.results import Backup, BackupSink, WriteResult
+from conduit.adapters.writer.snapshot import SETTLE_WAITS_S, Seen, blank, read_seen, whole_text_problem
+from conduit.adapters.writer.sqlite_apply import SqliteApplier
 from conduit.errors import ToolFileError
 from conduit.fileio import fill_tmp, fsync_dir, make_private_dirs, new_tmp, release_tmp, remove_stale_temps
 from conduit.redact import redact
@@ -113,7 +113,7 @@ class Writer:
     """Applies targets to disk: diff, mask, dry run, backup, atomic replace, modes, symlinks, SQLite locks.
 
     Args:
-        backups: where backups go before each change (a ``conduit.adapters.backups.BackupStore``).
+        backups: where backups go before each change (a ``conduit.adapters.writer.backups.BackupStore``).
         dry_run: compute results and diffs only; write nothing, take no backup.
         secrets: strings (API keys) replaced by their fingerprints in every diff, error and notice.
         batch: groups the backups this writer takes (``BackupStore.restore`` without an id undoes the newest

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from conduit.adapters.base import SqliteTarget
-from conduit.adapters.results import BackupSink, WriteResult
+from conduit.adapters.writer.results import BackupSink, WriteResult
 from conduit.errors import ToolFileError
 
 _COMPANIONS = ("-journal", "-wal", "-shm")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from conduit.adapters.restore import write_back
-from conduit.adapters.results import Backup, BackupKind
+from conduit.adapters.writer.restore import write_back
+from conduit.adapters.writer.results import Backup, BackupKind
 from conduit.errors import ToolFileError
 from conduit.fileio import TMP_MARK, atomic_write, fsync_dir, make_private_dirs, pid_alive, remove_stale_temps
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from conduit.adapters.base import SqliteTarget, TextTarget
-from conduit.adapters.results import Backup, BackupSink
-from conduit.adapters.snapshot import whole_text_problem
-from conduit.adapters.writer import Writer
+from conduit.adapters.writer.apply import Writer
+from conduit.adapters.writer.results import Backup, BackupSink
+from conduit.adapters.writer.snapshot import whole_text_problem
 from conduit.errors import ToolFileError
 
 
@@ -49,7 +49,7 @@ def write_back(store: BackupSink, tool: str, chosen: Sequence[Backup]) -> list[P
 
 def _whole_text(backup: Backup) -> str:
     """The text of a text backup. Raises ToolFileError when it is no restore point: blank, not UTF-8, or not a
-    whole file of its format (``conduit.adapters.snapshot.whole_text_problem``)."""
+    whole file of its format (``conduit.adapters.writer.snapshot.whole_text_problem``)."""
     data = backup.file.read_bytes()
     problem = whole_text_problem(backup.path, data)
     if problem is not None:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from conduit.adapters.base import TextTarget
-from conduit.adapters.jsonc import strip_jsonc
-from conduit.adapters.masking import masker
+from conduit.adapters.formats.jsonc import strip_jsonc
+from conduit.adapters.formats.masking import masker
 from conduit.errors import ToolFileError
 
 _PARSE_HINT = "the tool itself would ignore this whole file; fix it by hand, conduit left it unchanged"
@@ -145,7 +145,7 @@ def mask_json_keys(text: str, secret_keys: Collection[str]) -> str:
     """Replace the string value of every key named in ``secret_keys`` (at any depth) by its fingerprint.
 
     The values are found by parsing the text (JSON, or JSONC) and masked with ``conduit.redact.redact``
-    (``conduit.adapters.masking``), so the layout, and therefore a diff's line numbers, is kept; text that
+    (``conduit.adapters.formats.masking``), so the layout, and therefore a diff's line numbers, is kept; text that
     does not parse at all is searched for ``"key": "value"`` pairs instead.
     """
     return masker(_lenient, secret_keys)(text)

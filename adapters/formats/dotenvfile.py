@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from conduit.adapters.base import TextTarget
-from conduit.adapters.masking import masker
+from conduit.adapters.formats.masking import masker
 
 __all__ = ["dotenv_target", "read_dotenv", "set_dotenv"]
 

@@ -7,12 +7,12 @@ other programs' files"). Comments, key order and layout of everything else survi
 - TOML (Codex ``config.toml``): tomlkit, which round-trips comments and whitespace.
 - YAML (Continue ``config.yaml``, Aider ``.aider.conf.yml``): ruamel.yaml in round-trip mode, with the file's
   own sequence indentation detected so a dump does not re-indent untouched lists.
-- dotenv (Gemini CLI ``.env``, Codex ``.env``): ``conduit.adapters.dotenvfile`` (python-dotenv reads, conduit
+- dotenv (Gemini CLI ``.env``, Codex ``.env``): ``conduit.adapters.formats.dotenvfile`` (python-dotenv reads, conduit
   edits by line).
-- JSONC (OpenCode ``opencode.jsonc``, Gemini CLI ``settings.json``): ``conduit.adapters.jsonc``.
+- JSONC (OpenCode ``opencode.jsonc``, Gemini CLI ``settings.json``): ``conduit.adapters.formats.jsonc``.
 
 Secrets in diffs: each target's ``mask`` parses the text and redacts the values under its secret key names
-(``conduit.adapters.masking``). Parse errors become ``ToolFileError`` naming the file, line and column; the
+(``conduit.adapters.formats.masking``). Parse errors become ``ToolFileError`` naming the file, line and column; the
 writer then leaves the file alone.
 """
 
@@ -31,9 +31,9 @@ import tomlkit
 import tomlkit.exceptions
 
 from conduit.adapters.base import TextTarget
-from conduit.adapters.dotenvfile import dotenv_target, read_dotenv, set_dotenv
-from conduit.adapters.jsonc import Edit, edit_jsonc, jsonc_target, parse_jsonc, strip_jsonc
-from conduit.adapters.masking import mask_values, masker
+from conduit.adapters.formats.dotenvfile import dotenv_target, read_dotenv, set_dotenv
+from conduit.adapters.formats.jsonc import Edit, edit_jsonc, jsonc_target, parse_jsonc, strip_jsonc
+from conduit.adapters.formats.masking import mask_values, masker
 from conduit.errors import ToolFileError
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from conduit.adapters.base import TextTarget
-from conduit.adapters.masking import masker
+from conduit.adapters.formats.masking import masker
 from conduit.errors import ToolFileError
 
 __all__ = ["Edit", "edit_jsonc", "jsonc_target", "parse_jsonc", "strip_jsonc"]

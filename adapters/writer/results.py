@@ -2,7 +2,7 @@
 
 They live apart from the writer and the backup store so that both (and the SQLite applier) can name them
 without importing each other: the store restores *through* the writer, so the writer may only know the store
-by this ``BackupSink`` protocol (``conduit.adapters.backups.BackupStore`` satisfies it).
+by this ``BackupSink`` protocol (``conduit.adapters.writer.backups.BackupStore`` satisfies it).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Backup:
 
 
 class BackupSink(Protocol):
-    """What the writer needs from a backup store (``conduit.adapters.backups.BackupStore``)."""
+    """What the writer needs from a backup store (``conduit.adapters.writer.backups.BackupStore``)."""
 
     def save_bytes(self, tool: str, original: Path, data: bytes, *, mode: int, batch: str = "") -> Backup:
         """Back up a text file's current bytes. Raises OSError, ToolFileError."""

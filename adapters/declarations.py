@@ -44,7 +44,7 @@ class Blocker:
 def read_env_quietly(path: Path) -> dict[str, str]:
     """A ``.env`` file's variables; ``{}`` when missing or unreadable."""
     # lazy (python-dotenv imports logging; most runs read no .env file); python-dotenv itself, not
-    # conduit.adapters.dotenvfile: that module imports base, which imports this one
+    # conduit.adapters.formats.dotenvfile: that module imports base, which imports this one
     from dotenv import dotenv_values
 
     try:
