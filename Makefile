@@ -28,7 +28,7 @@ lint: setup
 # its tests wait on subprocesses and sockets, so 4 workers keep 2 cores busy where `-n auto` (2) leaves them
 # idle. `--dist loadgroup` hands out single tests, except those marked `xdist_group` (a module-scoped server),
 # which stay on one worker. Every test has its own HOME, ports from the kernel and deadlines that poll, so
-# the order does not matter; tests/isolation.py (TERMINAL_VARS) says why COLUMNS/LINES are cleared. The
+# the order does not matter; tests/helpers/isolation.py (TERMINAL_VARS) says why COLUMNS/LINES are cleared. The
 # real-vLLM and real-tool tiers always run serially: a vLLM server uses both cores.
 PYTEST_WORKERS ?= 4
 FAST := $(BIN)/python -m pytest -q -m "not vllm and not realtools" -n $(PYTEST_WORKERS) --dist loadgroup

@@ -5,7 +5,7 @@
   why (``Effective``).
 - ``Proposal`` (from ``Adapter.discover``): the gateway a tool is configured for today, for ``conduit init``.
 - ``ClientView`` (from ``Adapter.client_view``): what an OpenAI-protocol tool's client will send, read back from
-  its files; the shared field-case tests (tests/test_openai_tools_cases.py) iterate over it.
+  its files; the shared field-case tests (tests/adapters/test_openai_tools_cases.py) iterate over it.
 
 Keys are held only where a caller must move them (``Proposal.key``, ``ClientView.key``: not in ``repr``);
 everything in ``ToolFacts`` is already masked.

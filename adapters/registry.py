@@ -7,7 +7,7 @@ over it, so adding a tool is one adapter module and one line here (README "Addin
 Each line names the adapter's module and class; the module is imported, and the adapter built, the first time
 its entry is read (``ADAPTERS["codex"]``, or iterating the values). The names alone (``in``, ``list(ADAPTERS)``)
 import nothing, so ``conduit sync`` of a profile with one tool loads that one adapter's module (its file
-formats, its pydantic ``Options`` model) and not the other seven (tests/test_cli_start.py). Typed as
+formats, its pydantic ``Options`` model) and not the other seven (tests/cli/test_cli_start.py). Typed as
 ``Mapping[str, Adapter]``; mypy checks every class against the ``Adapter`` protocol through ``_CHECKED`` below.
 
 Test hook: the mapping is one object shared by every importer, so a test registers a throwaway adapter

@@ -1,6 +1,6 @@
 """Fallback switch times (issue 13): the primary going down -> the last tool file written, and back.
 
-One rig (tests/fallbackrig.py): a real `conduit agent` supervising tests/fake_vllm.py as the primary, a real
+One rig (tests/helpers/fallbackrig.py): a real `conduit agent` supervising tests/helpers/fake_vllm.py as the primary, a real
 `conduit daemon`, a hosted stand-in on loopback as `[fallback]`, real tool files under a temporary HOME. Each
 round: SIGKILL vLLM's process group -> every following tool's file names the fallback (down = the last file's
 mtime - the kill); `POST /v1/vllm/start` -> every tool back on the primary (up = the last file's mtime - the
@@ -24,8 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from fallbackrig import Rig  # noqa: E402
-from isolation import isolated_vars  # noqa: E402
+from helpers.fallbackrig import Rig  # noqa: E402
+from helpers.isolation import isolated_vars  # noqa: E402
 
 
 def _line(name: str, xs: list[float], after_s: float) -> str:

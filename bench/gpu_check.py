@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 
 def get(sock: Path, path: str) -> Any:
-    from agentproc import request  # stdlib http.client over the Unix socket
+    from helpers.agentproc import request  # stdlib http.client over the Unix socket
 
     status, body = request(sock, "GET", path)
     if status != 200:

@@ -1,6 +1,6 @@
 """Is the load generator ever the bottleneck? Its sustained request rate against a server that streams instantly.
 
-Starts the scripted SSE server (tests/sse_server.py) as a separate process on 127.0.0.1 with no delays, then
+Starts the scripted SSE server (tests/helpers/sse_server.py) as a separate process on 127.0.0.1 with no delays, then
 measures in the same run:
 
 1. baseline: a bare httpx loop (sync ``httpx.Client``, one request at a time, ``stream: false``);
@@ -43,8 +43,8 @@ GOAL_RATIO = 10.0
 
 
 def start_server(tokens: int) -> tuple[subprocess.Popen[str], int]:
-    """Start tests/sse_server.py on 127.0.0.1 (instant streaming); return (process, port)."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "sse_server.py"), "--tokens", str(tokens)],
+    """Start tests/helpers/sse_server.py on 127.0.0.1 (instant streaming); return (process, port)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "sse_server.py"), "--tokens", str(tokens)],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().split()

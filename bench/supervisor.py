@@ -1,4 +1,4 @@
-"""Crash-detection latency and stop-to-all-gone time of the vLLM supervisor, against tests/fake_vllm.py.
+"""Crash-detection latency and stop-to-all-gone time of the vLLM supervisor, against tests/helpers/fake_vllm.py.
 
 Baselines measured in the same run, interleaved with the supervisor rounds:
   * sigchld: the kernel delivering SIGCHLD for a trivial child (``sleep``) after SIGKILL, read with
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE = str(ROOT / "tests" / "fake_vllm.py")
+FAKE = str(ROOT / "tests" / "helpers" / "fake_vllm.py")
 
 
 def sigchld_once() -> float:

@@ -1,7 +1,7 @@
 """Shared fixtures: every test runs against a temporary HOME with no XDG, conduit or tool overrides.
 
 Real files, real processes: nothing in the user's own HOME, or in a tool directory an exported variable
-points at, is ever read or written by the suite (tests/test_registry.py proves it with sentinel directories).
+points at, is ever read or written by the suite (tests/adapters/test_registry.py proves it with sentinel directories).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from isolation import clear_terminal_size, env_for_subprocess, isolated_vars  # noqa: F401 (re-exported)
+from helpers.isolation import clear_terminal_size, env_for_subprocess, isolated_vars  # noqa: F401 (re-exported)
 
 clear_terminal_size()  # once per process, before any test: see isolation.TERMINAL_VARS
 

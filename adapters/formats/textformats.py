@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ruamel.yaml import YAML
 
 # ruamel.yaml (~40 ms to import) is imported by the YAML functions below when they run: only Continue and Aider
-# files are YAML, so `conduit sync` for the other tools never loads it (tests/test_cli_start.py).
+# files are YAML, so `conduit sync` for the other tools never loads it (tests/cli/test_cli_start.py).
 
 __all__ = [
     "Edit", "dotenv_target", "dump_yaml", "edit_jsonc", "jsonc_target", "parse_jsonc", "parse_toml", "parse_yaml",

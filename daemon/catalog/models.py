@@ -199,7 +199,7 @@ def _get_once(url: str, headers: dict[str, str], timeout_s: float, deadline: flo
 
 def _get(url: str, headers: dict[str, str], timeout_s: float) -> bytes:
     """One GET bounded as a whole by ``timeout_s`` seconds, with the standard library's ``http.client``
-    (``conduit sync`` and ``use`` keep httpx out of their start-up: tests/test_cli_start.py). Name resolution
+    (``conduit sync`` and ``use`` keep httpx out of their start-up: tests/cli/test_cli_start.py). Name resolution
     (``getaddrinfo`` takes no timeout) and connect run in a daemon thread joined for ``timeout_s``; the body is
     read against the same deadline; at most ``BODY_MAX_BYTES`` + 1 bytes; redirects not followed (a 3xx is an
     error). A thread still stuck in the resolver is left behind (daemon: it never holds the process).

@@ -29,7 +29,7 @@ def load_command(name: str, entry: Entry) -> Command:
     """The click command (or group) ``name`` built from ``conduit.daemon.cli.<entry.module>.commands``.
 
     Imports that module (and so whatever it imports). Raises KeyError when the module does not define
-    ``name`` (a stale ``COMMANDS`` line: tests/test_cli_start.py loads every one).
+    ``name`` (a stale ``COMMANDS`` line: tests/cli/test_cli_start.py loads every one).
     """
     module = importlib.import_module(f"conduit.daemon.cli.{entry.module}")
     return _plain_help(typer.main.get_group(module.commands).commands[name])

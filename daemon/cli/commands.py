@@ -5,7 +5,7 @@ Nothing here imports a command module: the root group (``conduit.daemon.cli.app.
 only when one of its commands runs (or its own ``--help`` is asked for), so ``conduit sync`` never loads the
 bench, the agent, vLLM or the planner. A module that adds commands defines ``commands = typer.Typer()`` and
 decorates its functions on it; a new top-level command needs one line here. Each help line must be the first
-paragraph of the command's own help (its docstring, or its sub-app's ``help=``): tests/test_cli_start.py
+paragraph of the command's own help (its docstring, or its sub-app's ``help=``): tests/cli/test_cli_start.py
 checks every line against the loaded command.
 """
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import tomlkit
-from agentproc import AgentProc, conduit_exe
-from procs import alive, group, names
-from toolfiles import claude_settings, cline_gen_b
+from helpers.agentproc import AgentProc, conduit_exe
+from helpers.procs import alive, group, names
+from helpers.toolfiles import claude_settings, cline_gen_b
 
 pytestmark = pytest.mark.vllm
 START_S = 450  # upper bound for one real vLLM start here

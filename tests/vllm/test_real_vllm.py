@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import alive, has_engine_and_worker, names
+from helpers.procs import alive, has_engine_and_worker, names
 
 from conduit.daemon.agent.gpu import memory_by_index
 from conduit.daemon.vllm.supervisor import Supervisor, VllmState

@@ -1,0 +1,190 @@
+"""`conduit key rotate CHANNEL`: a real gateway stand-in on 127.0.0.1, a real daemon (or none), real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from helpers.daemonproc import Daemon, keys, read_state, wait_for
+from helpers.toolfiles import cc_switch_db, claude_settings, cline_gen_c, write_profile
+
+OLD = "sk-old-rotate-1111111111aaaa"
+NEW = "sk-new-rotate-2222222222-much-longer-than-before-bbbb"
+
+
+class Gateway:
+    """``GET /api/v1/models`` answers 200 for ``Bearer <accepted>``, 401 otherwise; records the auth headers."""
+
+    def __init__(self, accepted: set[str]) -> None:
+        self.accepted = accepted
+        self.seen: list[str] = []
+        gw = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                auth = self.headers.get("Authorization", "")
+                gw.seen.append(f"{self.path} {auth}")
+                ok = self.path == "/api/v1/models" and auth.removeprefix("Bearer ") in gw.accepted
+                body = json.dumps({"object": "list", "data": [{"id": "m"}]} if ok else {"error": "bad key"})
+                self.send_response(200 if ok else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def gateway() -> Iterator[Gateway]:
+    gw = Gateway({NEW})
+    yield gw
+    gw.close()
+
+
+def _setup(home: Path, gateway: Gateway, extra: str = "") -> Path:
+    claude_settings(home)
+    cline_gen_c(home)
+    cc_switch_db(home)
+    return write_profile(home, gateway.url, key_text=OLD + "\n", extra=extra)
+
+
+def rotate(home: Path, *args: str, stdin: str = NEW + "\n") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HOME=str(home), NO_COLOR="1", COLUMNS="200")
+    env.pop("NOTIFY_SOCKET", None)
+    return subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "rotate", *args], input=stdin,
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def grep_tree(root: Path, needle: str) -> list[Path]:
+    """Every file under ``root`` whose bytes contain ``needle`` (backups, logs, state and databases included)."""
+    hits = []
+    for p in root.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            try:
+                if needle.encode() in p.read_bytes():
+                    hits.append(p)
+            except OSError:
+                pass
+    return hits
+
+
+def test_rotate_with_running_daemon_updates_all_three_tools_and_leaves_no_old_key(
+        temp_home: Path, tmp_path: Path, gateway: Gateway) -> None:
+    _setup(temp_home, gateway)
+    daemon = Daemon(temp_home, tmp_path).start()
+    try:
+        assert keys(temp_home) == (OLD, OLD, OLD)
+        # a second sync that changes something, so backups holding the old key exist before the rotation
+        profile = temp_home / ".config" / "conduit" / "profile.toml"
+        profile.write_text(profile.read_text().replace("claude-sonnet-4-20250514", "m2"))
+        wait_for(lambda: read_state(temp_home)["tools"]["claude_code"].get("status") == "changed"
+                 and json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]["ANTHROPIC_MODEL"] == "m2")
+        assert grep_tree(temp_home / ".local" / "state" / "conduit" / "backups", OLD)  # backups did hold it
+        r = rotate(temp_home, "gw")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert keys(temp_home) == (NEW, NEW, NEW)
+        assert f"pid {daemon.proc.pid}" in r.stdout  # type: ignore[union-attr]
+        assert "sk-...bbbb" in r.stdout
+        assert gateway.seen == [f"/api/v1/models Bearer {NEW}"]
+        state = read_state(temp_home)
+        assert state["channels"]["gw"]["key_fingerprint"] == "sk-...bbbb"
+    finally:
+        daemon.stop()
+    for text in (r.stdout, r.stderr, daemon.log()):
+        assert OLD not in text and NEW not in text
+    (tmp_path / "rotate.out").write_text(r.stdout + r.stderr)
+    assert grep_tree(temp_home, OLD) == []
+    assert grep_tree(tmp_path, OLD) == []  # the daemon's log and the rotate output too
+    assert (temp_home / ".config" / "conduit" / "keys" / "gw").read_text() == NEW + "\n"
+    assert (temp_home / ".config" / "conduit" / "keys" / "gw").stat().st_mode & 0o777 == 0o600
+
+
+def test_rotate_without_daemon_syncs_directly_into_the_secrets_file(temp_home: Path, gateway: Gateway) -> None:
+    profile = _setup(temp_home, gateway)
+    text = profile.read_text().replace('key = { file = "~/.config/conduit/keys/gw" }', 'key = { secret = "gw" }')
+    profile.write_text(text)
+    (temp_home / ".config" / "conduit" / "keys" / "gw").unlink()  # this channel keeps its key in secrets.toml
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "set", "gw"], input=OLD, text=True,
+                       capture_output=True, env=dict(os.environ, HOME=str(temp_home)), timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], text=True, capture_output=True,
+                       env=dict(os.environ, HOME=str(temp_home)), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert keys(temp_home) == (OLD, OLD, OLD)
+    r = rotate(temp_home, "gw")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert keys(temp_home) == (NEW, NEW, NEW)
+    assert "Claude Code: changed" in r.stdout and "CC Switch: changed" in r.stdout
+    assert OLD not in r.stdout + r.stderr and NEW not in r.stdout + r.stderr
+    assert grep_tree(temp_home, OLD) == []
+    assert NEW in (temp_home / ".config" / "conduit" / "secrets.toml").read_text()
+
+
+def test_rejected_key_is_refused_and_nothing_changes(temp_home: Path, gateway: Gateway) -> None:
+    _setup(temp_home, gateway)
+    keyfile = temp_home / ".config" / "conduit" / "keys" / "gw"
+    r = rotate(temp_home, "gw", stdin="sk-wrong-key-33333333cccc\n")
+    assert r.returncode == 1
+    assert "rejected the key" in r.stderr and "401" in r.stderr and "--force" in r.stderr
+    assert "sk-wrong-key-33333333cccc" not in r.stdout + r.stderr
+    assert keyfile.read_text() == OLD + "\n"
+    r = rotate(temp_home, "gw", "--force", stdin="sk-wrong-key-33333333cccc\n")
+    assert r.returncode == 0, r.stderr
+    assert keyfile.read_text() == "sk-wrong-key-33333333cccc\n"
+    assert keys(temp_home)[0] == "sk-wrong-key-33333333cccc"
+
+
+def test_unreachable_gateway_refuses_unless_forced(temp_home: Path, gateway: Gateway) -> None:
+    claude_settings(temp_home)
+    write_profile(temp_home, "http://127.0.0.1:9/api", key_text=OLD + "\n", tools=("claude_code",))
+    r = rotate(temp_home, "gw")
+    assert r.returncode == 1 and "could not reach" in r.stderr, r.stderr
+    assert "(nothing listens on that port)" in r.stderr and "check the channel's base_url and your network" \
+        in r.stderr and "ConnectError" not in r.stderr, r.stderr
+    r = rotate(temp_home, "gw", "--force")
+    assert r.returncode == 0, r.stderr
+    assert keys_claude(temp_home) == NEW
+
+
+def keys_claude(home: Path) -> str:
+    return json.loads((home / ".claude" / "settings.json").read_text())["env"]["ANTHROPIC_AUTH_TOKEN"]
+
+
+def test_env_and_command_sources_are_refused_with_a_hint(temp_home: Path, gateway: Gateway) -> None:
+    profile = _setup(temp_home, gateway)
+    base = profile.read_text()
+    profile.write_text(base.replace('key = { file = "~/.config/conduit/keys/gw" }', 'key = { env = "GW_KEY" }'))
+    r = rotate(temp_home, "gw")
+    assert r.returncode == 1 and "environment variable GW_KEY" in r.stderr and "conduit key set" in r.stderr
+    profile.write_text(base.replace('key = { file = "~/.config/conduit/keys/gw" }',
+                                    'key = { command = "cat ~/.config/conduit/keys/gw" }'))
+    r = rotate(temp_home, "gw")
+    assert r.returncode == 1 and "command" in r.stderr and "password manager" in r.stderr
+    assert gateway.seen == []  # refused before the key was even checked
+    assert NEW not in r.stdout + r.stderr
+
+
+def test_key_on_the_command_line_is_refused(temp_home: Path, gateway: Gateway) -> None:
+    _setup(temp_home, gateway)
+    r = rotate(temp_home, "gw", NEW, stdin="")
+    assert r.returncode != 0
+    assert NEW not in r.stdout + r.stderr
+    assert (temp_home / ".config" / "conduit" / "keys" / "gw").read_text() == OLD + "\n"
