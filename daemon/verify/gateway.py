@@ -14,6 +14,8 @@ anything else                                404 with a JSON error (recorded too
 ==========================================  =====================================================
 
 The reply text is ``reply``; the model echoed is the one asked (``body.model`` or the Gemini path's).
+A ``respond`` function, when given, is asked first and may answer a request itself (an ``Answer``: any
+status and body, e.g. a fixed 401 for one route or a model list of one's own); None leaves it to the table.
 Threads, not asyncio: it runs inside the sandbox process, which has no event loop. Request bodies are
 bounded (``MAX_BODY_BYTES``; larger answers 413), chunked uploads and gzip/deflate encodings are decoded.
 
@@ -22,6 +24,11 @@ Example::
     with RecordingGateway(reply="ok") as gw:
         httpx.post(gw.root + "/api/v1/chat/completions", json={"model": "m", "messages": []})
         [r] = gw.recorded()           # r.path == "/api/v1/chat/completions", r.model == "m"
+
+    def refuse(r: Recorded) -> Answer | None:  # 401 for every route but the model list
+        return None if r.route.endswith("/models") else Answer(401, {"error": {"message": "bad key"}})
+
+    with RecordingGateway(respond=refuse) as gw: ...
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import json
 import re
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -94,6 +102,25 @@ class Recorded:
                    auth_value=data.get("auth_value"))
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A request's answer chosen by a ``respond`` function instead of the route table: ``status``, ``body``
+    (bytes are sent as they are, anything else as JSON) and ``content_type``. A HEAD gets no body."""
+
+    status: int = 200
+    body: Any = b""
+    content_type: str = replies.JSON
+
+    def reply(self) -> replies.Reply:
+        """(body bytes, content type) as sent."""
+        data = self.body if isinstance(self.body, bytes) else json.dumps(self.body).encode()
+        return data, self.content_type
+
+
+Responder = Callable[[Recorded], Answer | None]
+"""Chooses the answer to one recorded request, or None to leave it to the route table."""
+
+
 def _redact_query_key(path: str) -> str:
     return re.sub(r"([?&]key=)([^&]*)", lambda m: m.group(1) + fingerprint(m.group(2)), path)
 
@@ -149,8 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Silent: request lines may carry ``?key=``."""
 
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
-        self._record(None)
-        self.send_response(200)
+        answer = self._ask(self._record(None))
+        self.send_response(answer.status if answer else 200)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -217,20 +244,31 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.gateway._add(rec)
         return rec
 
+    def _ask(self, rec: Recorded) -> Answer | None:
+        respond = self.server.gateway.respond
+        return respond(rec) if respond is not None else None
+
     def _serve(self, body: Any) -> None:
         rec = self._record(body)
+        answer = self._ask(rec)
+        if answer is not None:
+            self._send(answer.status, *answer.reply())
+            return
         gw = self.server.gateway
         status, reply = route(rec, gw.reply, gw.model_names())
         self._send(status, *reply)
 
     def _send(self, status: int, data: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        if ctype == replies.SSE:
-            self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            if ctype == replies.SSE:
+                self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up first (its timeout): no one to answer
 
 
 def route(rec: Recorded, reply: str, models: list[str]) -> tuple[int, replies.Reply]:
@@ -283,14 +321,18 @@ class RecordingGateway:
     """The recording gateway on ``host:port`` (0: any free port), answering ``reply``; a context manager.
 
     ``models`` are listed by ``GET */models`` before the models requests asked for (default one
-    ``conduit-verify``). ``start()`` binds (``OSError`` when the port is taken) and serves in a daemon thread;
-    ``stop()`` closes. ``requests``/``recorded()`` give the requests in arrival order.
+    ``conduit-verify``). ``respond``, when given, is asked first with each recorded request (HEAD too, not one
+    refused 413) and its ``Answer`` is sent instead of the route table's; None leaves the request to the table.
+    It runs on the request's own thread, so it may block (a slow gateway); it may be replaced while serving.
+    ``start()`` binds (``OSError`` when the port is taken) and serves in a daemon thread; ``stop()`` closes.
+    ``requests``/``recorded()`` give the requests in arrival order.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, reply: str = "ok",
-                 models: tuple[str, ...] = ()) -> None:
+                 models: tuple[str, ...] = (), respond: Responder | None = None) -> None:
         self.host, self._port, self.reply = host, port, reply
         self._models = list(models)
+        self.respond = respond
         self._lock = threading.Lock()
         self._requests: list[Recorded] = []
         self._server: _Server | None = None

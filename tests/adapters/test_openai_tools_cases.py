@@ -1,4 +1,4 @@
-"""Field cases (shared/cases/README.md) for every OpenAI-protocol adapter, through the shared code.
+"""Field cases (docs/cases.md) for every OpenAI-protocol adapter, through the shared code.
 
 The tools come from the registry (every adapter with ``protocol = "openai"``), their sample files from
 ``toolsamples.SAMPLES``, and what each tool will send from the adapter's own ``client_view``: a new OpenAI tool
@@ -209,4 +209,4 @@ def test_real_openai_client_reaches_gateway(temp_home: Path, gateway_factory, to
         client.responses.create(model=wrote.model, input="x")
     else:
         client.chat.completions.create(model=wrote.model, messages=[{"role": "user", "content": "x"}])
-    assert gw.requests == [("POST", f"/api/{version}/{wrote.endpoint}", "Bearer sk-test-abc")]
+    assert gw.calls() == [("POST", f"/api/{version}/{wrote.endpoint}", "Bearer sk-test-abc")]

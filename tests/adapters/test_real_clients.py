@@ -2,7 +2,7 @@
 
 A local gateway under an ``/api`` prefix answers only ``/api/v1/messages`` and ``/api/v1/chat/completions``.
 The ``anthropic`` SDK stands in for Claude Code and CC Switch rows, the ``openai`` SDK for Cline
-(shared/formats: both SDKs build URLs exactly as the tools do).
+(docs/formats/claude-code.md and cline.md, "URL building": both SDKs build URLs exactly as the tools do).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_claude_code_url_reaches_messages(temp_home: Path, gateway: Gateway, raw
     client = anthropic.Anthropic(base_url=env["ANTHROPIC_BASE_URL"], auth_token=env["ANTHROPIC_AUTH_TOKEN"],
                                  max_retries=0)
     client.messages.create(model=env["ANTHROPIC_MODEL"], max_tokens=8, messages=[{"role": "user", "content": "x"}])
-    assert gateway.requests == [("POST", "/api/v1/messages", "Bearer sk-test-abc")]
+    assert gateway.calls() == [("POST", "/api/v1/messages", "Bearer sk-test-abc")]
 
 
 @pytest.mark.parametrize("raw", INPUTS)
@@ -52,7 +52,7 @@ def test_cc_switch_row_url_reaches_messages(temp_home: Path, gateway: Gateway, r
     client = anthropic.Anthropic(base_url=env["ANTHROPIC_BASE_URL"], api_key=env["ANTHROPIC_API_KEY"], max_retries=0)
     client.messages.create(model=env["ANTHROPIC_MODEL"], max_tokens=8, messages=[{"role": "user", "content": "x"}])
     # anthropic-python 2.x sends api_key as a Bearer header; Claude Code sends it as x-api-key. Either reaches.
-    ((method, path, auth),) = gateway.requests
+    ((method, path, auth),) = gateway.calls()
     assert (method, path) == ("POST", "/api/v1/messages") and auth in ("sk-test-abc", "Bearer sk-test-abc")
 
 
@@ -71,4 +71,4 @@ def test_cline_url_reaches_chat_completions(temp_home: Path, gateway: Gateway, r
         base, key = s["baseUrl"], s["apiKey"]
     client = openai.OpenAI(base_url=base, api_key=key, max_retries=0)
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-    assert gateway.requests == [("POST", "/api/v1/chat/completions", "Bearer sk-test-abc")]
+    assert gateway.calls() == [("POST", "/api/v1/chat/completions", "Bearer sk-test-abc")]

@@ -12,16 +12,16 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.gateways import Gateway
 
 from conduit.daemon.agent.toolcall import MAX_TOKENS, PROMPT, TOOL_NAME, model_uses
 from conduit.daemon.config.profile import load_profile
+from conduit.daemon.verify.gateway import Answer, Recorded
 from conduit.daemon.vllm.toolparser import AUTO_TOOL_MESSAGE
 
 KEY = "sk-deep-test-0123456789"
@@ -37,50 +37,26 @@ ANTHROPIC_CALL = {"id": "msg_1", "type": "message", "role": "assistant", "model"
                               {"type": "tool_use", "id": "tu_1", "name": "get_weather", "input": {"city": "Paris"}}]}
 
 
-class StandIn:
+class StandIn(Gateway):
     """A loopback gateway: ``GET .../models`` answers 200; ``POST`` answers ``answer`` (status, JSON body) after
-    ``delay_s`` (``messages``, when given, on ``.../v1/messages``); every POST is recorded as ``(path, headers,
+    ``delay_s`` (``messages``, when given, on ``.../v1/messages``); ``posts`` is each POST's ``(path, headers,
     body)``."""
 
     def __init__(self, answer: tuple[int, Any], delay_s: float = 0.0,
                  messages: tuple[int, Any] | None = None) -> None:
         self.answer, self.delay_s, self.messages = answer, delay_s, messages
-        self.posts: list[tuple[str, dict[str, str], dict[str, Any]]] = []
-        me = self
+        super().__init__(respond=self._answer_post)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
+    def _answer_post(self, rec: Recorded) -> Answer:
+        if rec.method != "POST":
+            return Answer(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+        time.sleep(self.delay_s)
+        status, body = self.messages if self.messages and rec.route.endswith("/messages") else self.answer
+        return Answer(status, body)
 
-            def _send(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
-                me.posts.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                time.sleep(me.delay_s)
-                answer = me.messages if me.messages and self.path.endswith("/messages") else me.answer
-                try:
-                    self._send(*answer)
-                except OSError:
-                    pass  # the client gave up first
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    @property
+    def posts(self) -> list[tuple[str, dict[str, str], Any]]:
+        return [(r.path, r.headers, r.body) for r in self.recorded() if r.method == "POST"]
 
 
 @pytest.fixture

@@ -59,7 +59,7 @@ def test_fetch_sends_the_key_in_the_channel_style_and_caches_without_it(temp_hom
                                                                        vllm_server: ModelServer) -> None:
     profile = _profile(temp_home, vllm_server.url, auth="x-api-key")
     got = catalog.refresh(resolve_channel(profile, "gw"))
-    assert vllm_server.requests == [("/v1/models", KEY)]
+    assert vllm_server.calls() == [("GET", "/v1/models", KEY)]
     assert got.base_url == f"{vllm_server.url}/v1" and got.find("qwen-coder-7b") == ModelInfo("qwen-coder-7b", 4096)
     path = catalog.cache_path("gw")
     assert path.stat().st_mode & 0o777 == 0o600 and KEY not in path.read_text()
@@ -71,7 +71,7 @@ def test_fetch_sends_the_key_in_the_channel_style_and_caches_without_it(temp_hom
 
 def test_fetch_bearer(temp_home: Path, vllm_server: ModelServer) -> None:
     catalog.fetch(resolve_channel(_profile(temp_home, vllm_server.url), "gw"))
-    assert vllm_server.requests == [("/v1/models", f"Bearer {KEY}")]
+    assert vllm_server.calls() == [("GET", "/v1/models", f"Bearer {KEY}")]
 
 
 def test_fetch_errors_name_the_url_never_the_key(temp_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

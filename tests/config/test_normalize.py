@@ -1,4 +1,5 @@
-"""Base-URL normalization (DESIGN.md "Base URLs"; field cases C01-C05, C13) and key cleaning as a pure function.
+"""Base-URL normalization (docs/design.md "Base URLs"; docs/cases.md C01-C05, C13) and key cleaning as a pure
+function.
 
 The field cases are asserted on the values the adapters render (``Root.anthropic_base()`` for Claude Code,
 ``Root.openai_base()`` for Cline), and the real ``anthropic``/``openai`` SDKs are pointed at a loopback server to
@@ -8,13 +9,11 @@ run of slashes, invisible characters, random unicode) are covered with hypothesi
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from helpers.gateways import Gateway
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,64 +83,32 @@ def test_c13_query_string_dropped_with_a_notice_naming_it() -> None:
 # -------------------------------------------------------------------- the real SDKs against loopback
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    paths: list[str] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        type(self).paths.append(self.path)
-        if self.path.endswith("/messages"):
-            body = {
-                "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
-                "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},
-            }
-        else:
-            body = {
-                "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-            }
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def gateway(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[str]]]:
+def gateway(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
+    """The recording gateway answering each protocol in its shape, whatever prefix the client put before it."""
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
-    _Recorder.paths = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    gw = Gateway(protocols=True)
     try:
-        yield f"127.0.0.1:{server.server_address[1]}", _Recorder.paths
+        yield gw
     finally:
-        server.shutdown()
-        server.server_close()
+        gw.close()
 
 
 @pytest.mark.parametrize("typed", ["/api/v1", "/api", "/api/v1/chat/completions", "/api//v1/", "/api/v1/messages"])
-def test_real_sdks_request_the_right_paths(gateway: tuple[str, list[str]], typed: str) -> None:
+def test_real_sdks_request_the_right_paths(gateway: Gateway, typed: str) -> None:
     """C01-C04 end to end: the Anthropic SDK (Claude Code's URL rules) and the OpenAI SDK (Cline's)."""
     import anthropic
     import openai
 
-    hostport, paths = gateway
-    root = norm(f"http://{hostport}{typed}").root
+    root = norm(f"http://127.0.0.1:{gateway.port}{typed}").root
     anthropic.Anthropic(base_url=root.anthropic_base(), api_key="sk-test-abc", max_retries=0).messages.create(
         model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}]
     )
     openai.OpenAI(base_url=root.openai_base(), api_key="sk-test-abc", max_retries=0).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi"}]
     )
-    assert paths == ["/api/v1/messages", "/api/v1/chat/completions"]
+    assert [r.path for r in gateway.recorded()] == ["/api/v1/messages", "/api/v1/chat/completions"]
 
 
 # ------------------------------------------------------------------------------------- other rules

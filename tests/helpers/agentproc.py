@@ -11,11 +11,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from conduit.daemon.verify.gateway import Answer, Recorded
+from helpers import gateways
 
 GiB = 1024**3
 
@@ -146,39 +147,21 @@ class AgentProc:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Gateway:
-    """A tiny gateway: path -> status; ``hang`` paths never answer; every request's headers are recorded."""
+class Gateway(gateways.Gateway):
+    """A gateway of fixed statuses: ``routes`` maps a path to the status it answers (``{"data": []}`` with 200,
+    an error body otherwise), anything else 404; ``hang``: each request waits 5 s first (past a probe's read
+    timeout). ``routes`` may be replaced while it serves; ``seen`` is each request's (path, lower-cased headers)."""
 
     def __init__(self, routes: dict[str, int], hang: bool = False) -> None:
-        self.routes = routes
-        self.hang = hang
-        self.seen: list[tuple[str, dict[str, str]]] = []
-        outer = self
+        self.routes, self.hang = routes, hang
+        super().__init__(respond=self._status)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                outer.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-                if outer.hang:
-                    time.sleep(5)
-                    return
-                status = outer.routes.get(self.path, 404)
-                body = b'{"data": []}' if status == 200 else b'{"error": "x"}'
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def _status(self, rec: Recorded) -> Answer:
+        if self.hang:
+            time.sleep(5)
+        status = self.routes.get(rec.path, 404)
+        return Answer(status, {"data": []} if status == 200 else {"error": "x"})
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    @property
+    def seen(self) -> list[tuple[str, dict[str, str]]]:
+        return [(r.path, r.headers) for r in self.recorded()]

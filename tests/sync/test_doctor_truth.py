@@ -1,4 +1,4 @@
-"""doctor says what really wins (issue 16 items 2, 3, 5; issue 12 "doctor: who really wins").
+"""doctor says what really wins: the source that outranks conduit, and how to hand the choice back to it.
 
 Each test writes real files under the temporary HOME, runs the real `conduit sync` and `conduit doctor --json`
 as subprocesses in the working folder a user would be in, and asserts the state, why and fix the user sees.
@@ -11,12 +11,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.gateways import Gateway
+
+from conduit.daemon.verify.gateway import Answer, Recorded
 
 KEY = "sk-test-abc"
 CONDUIT = [sys.executable, "-m", "conduit.daemon.cli"]
@@ -332,47 +333,32 @@ def test_aider_env_value_equal_to_the_profile_is_fine(temp_home: Path) -> None:
     assert (rc, rep["tools"]["aider"]["state"], rep["tools"]["aider"]["fix"]) == (0, "in_sync", None)
 
 
-# -- a 401/403 from a gateway: the other auth style, probed once (issue 12) --------------------------------------
+# -- a 401/403 from a gateway: the other auth style, probed once -------------------------------------------------
 
-class _XApiKeyOnly(BaseHTTPRequestHandler):
-    """Answers ``GET /api/v1/models`` with 200 only for ``x-api-key: KEY``, 401 otherwise; records the headers."""
-
-    seen: list[dict[str, str]] = []
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        type(self).seen.append(headers)
-        ok = self.path == "/api/v1/models" and headers.get("x-api-key") == KEY
-        body = b'{"data": []}' if ok else b'{"error": "unauthorized"}'
-        self.send_response(200 if ok else 401)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+def _x_api_key_only(rec: Recorded) -> Answer:
+    """``GET /api/v1/models`` answers 200 only for ``x-api-key: KEY``, anything else 401."""
+    if rec.route == "/api/v1/models" and rec.headers.get("x-api-key") == KEY:
+        return Answer(200, {"data": []})
+    return Answer(401, {"error": "unauthorized"})
 
 
 def test_live_401_names_the_auth_style_that_works(temp_home: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _XApiKeyOnly)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    gw = Gateway(respond=_x_api_key_only)
     try:
         path = write_profile(temp_home, "[tools.claude_code]\n", protocols='"anthropic"')
-        path.write_text(path.read_text().replace("https://gw.example.com/api",
-                                                 f"http://127.0.0.1:{server.server_address[1]}/api"))
+        path.write_text(path.read_text().replace("https://gw.example.com/api", f"{gw.url}/api"))
         r = run(temp_home, "doctor", "--live", "--json",
                 env={"CONDUIT_AGENT_SOCKET": str(temp_home / "no-agent.sock")})
         assert "Traceback" not in r.stdout + r.stderr, r.stderr
         rep = json.loads(r.stdout)
     finally:
-        server.shutdown()
-        server.server_close()
+        gw.close()
     probe = rep["live"]["channels"]["gw"]["protocols"]["anthropic"]
     assert r.returncode == 1 and probe["verdict"] == "auth"
     assert probe["message"] == "HTTP 401 with Authorization: Bearer; the same key works as x-api-key (HTTP 200)"
     assert probe["hint"] == 'set auth = "x-api-key" in [channels.gw]'
-    assert [("authorization" in h, "x-api-key" in h) for h in _XApiKeyOnly.seen] == [(True, False), (False, True)]
+    styles = [("authorization" in x.headers, "x-api-key" in x.headers) for x in gw.recorded()]
+    assert styles == [(True, False), (False, True)]
     assert KEY not in r.stdout
 
 

@@ -6,50 +6,39 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from helpers import gateways
 from helpers.daemonproc import Daemon, keys, read_state, wait_for
 from helpers.toolfiles import cc_switch_db, claude_settings, cline_gen_c, write_profile
+
+from conduit.daemon.verify.gateway import Answer, Recorded
 
 OLD = "sk-old-rotate-1111111111aaaa"
 NEW = "sk-new-rotate-2222222222-much-longer-than-before-bbbb"
 
 
-class Gateway:
-    """``GET /api/v1/models`` answers 200 for ``Bearer <accepted>``, 401 otherwise; records the auth headers."""
+class Gateway(gateways.Gateway):
+    """``GET /api/v1/models`` answers 200 for ``Bearer <accepted>``, 401 otherwise; ``seen`` is each request's
+    "path authorization"; ``url`` ends in ``/api``."""
 
     def __init__(self, accepted: set[str]) -> None:
         self.accepted = accepted
-        self.seen: list[str] = []
-        gw = self
+        super().__init__(respond=self._check)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                auth = self.headers.get("Authorization", "")
-                gw.seen.append(f"{self.path} {auth}")
-                ok = self.path == "/api/v1/models" and auth.removeprefix("Bearer ") in gw.accepted
-                body = json.dumps({"object": "list", "data": [{"id": "m"}]} if ok else {"error": "bad key"})
-                self.send_response(200 if ok else 401)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body.encode())
+    def _check(self, rec: Recorded) -> Answer:
+        ok = rec.path == "/api/v1/models" and rec.headers.get("authorization", "").removeprefix("Bearer ") in self.accepted
+        return Answer(200, {"object": "list", "data": [{"id": "m"}]}) if ok else Answer(401, {"error": "bad key"})
 
-            def log_message(self, *args: object) -> None:
-                pass
+    @property
+    def url(self) -> str:
+        return self.root + "/api"
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    @property
+    def seen(self) -> list[str]:
+        return [f"{r.path} {r.headers.get('authorization', '')}" for r in self.recorded()]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from conduit.daemon.verify import replies
-from conduit.daemon.verify.gateway import MAX_BODY_BYTES, Recorded, RecordingGateway
+from conduit.daemon.verify.gateway import MAX_BODY_BYTES, Answer, Recorded, RecordingGateway
 from conduit.redact import fingerprint
 
 KEY = "sk-test-0123456789abcdef"
@@ -198,3 +198,22 @@ def test_models_listed_first_and_port_kept_after_stop() -> None:
     assert g.port == port and port != 0
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/v1/models")
+
+
+def test_respond_answers_first_and_none_leaves_the_route_table(gw: RecordingGateway) -> None:
+    def refuse(r: Recorded) -> Answer | None:  # 401 everywhere but the model list; HEAD 204
+        if r.route.endswith("/models"):
+            return None
+        return Answer(204) if r.method == "HEAD" else Answer(401, {"error": {"message": "bad key"}})
+
+    gw.respond = refuse
+    assert httpx.get(gw.root + "/api/v1/models").json()["data"][0]["id"] == "conduit-verify"
+    denied = httpx.post(gw.root + "/api/v1/chat/completions", json={"model": "m", "messages": []})
+    assert denied.status_code == 401 and denied.json() == {"error": {"message": "bad key"}}
+    assert httpx.head(gw.root + "/api").status_code == 204
+    gw.respond = lambda r: Answer(200, b"raw \xff", "text/plain")  # bytes go as they are
+    raw = httpx.get(gw.root + "/v1/models")
+    assert raw.content == b"raw \xff" and raw.headers["content-type"] == "text/plain"
+    assert [(r.method, r.route, r.model) for r in gw.recorded()] == [
+        ("GET", "/api/v1/models", None), ("POST", "/api/v1/chat/completions", "m"), ("HEAD", "/api", None),
+        ("GET", "/v1/models", None)]
