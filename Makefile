@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-tools lint clean
+.PHONY: setup demo test test-fast test-tools lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,11 +18,18 @@ demo: setup
 	$(BIN)/conduit demo
 
 # Folder = import path: conduit/daemon and conduit/adapters are committed links to the top-level folders, so
-# mypy and import-linter run from the repository root. mkdocs builds the manual strictly (docs/).
+# mypy and import-linter run from the repository root. mkdocs builds the manual strictly (docs/, mkdocs.yml),
+# offline, into build/site (ignored); a broken link, anchor or nav entry fails the lint.
 lint: setup
-	$(BIN)/ruff check daemon adapters conduit tests bench
+	$(BIN)/ruff check daemon adapters conduit tests bench docs/gen_reference.py
 	$(BIN)/lint-imports
 	$(BIN)/mypy -p conduit
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
+# The reference pages of the manual (docs/reference/*.md), written from the code: the adapter registry, the
+# profile's models, the agent's OpenAPI document, the command tree. tests/test_docs.py fails when one is stale.
+docs: setup
+	$(BIN)/python docs/gen_reference.py
 
 # The fast tier runs on 4 pytest-xdist workers (`make test-fast PYTEST_WORKERS=0` runs it serially): most of
 # its tests wait on subprocesses and sockets, so 4 workers keep 2 cores busy where `-n auto` (2) leaves them

@@ -1,7 +1,7 @@
 """The house stays easy to see: size limits, one NVML reader, and a type checker that sees across modules.
 
 These read the source tree (and run mypy once); they fail when a change breaks the layout rules of the
-README's "Layout" section, so the rules do not erode one commit at a time.
+manual's Layout page (docs/layout.md), so the rules do not erode one commit at a time.
 """
 
 from __future__ import annotations
