@@ -29,6 +29,7 @@ Facts (Aider-AI/aider ``aider/main.py``, ``aider/args.py``; aider.chat docs "YAM
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,7 +46,18 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.declarations import Blocker, git_root, read_env_quietly
+from conduit.adapters.declarations import (
+    OPENAI_FORMS,
+    OPENAI_KEY,
+    OPENAI_MODEL,
+    OPENAI_ROUTES,
+    Blocker,
+    Competing,
+    OneShot,
+    Package,
+    git_root,
+    read_env_quietly,
+)
 from conduit.adapters.formats.jsonfile import json_target, parse_json_object
 from conduit.adapters.formats.masking import shown
 from conduit.adapters.formats.textformats import parse_yaml, tool_version, yaml_target
@@ -95,9 +107,30 @@ class Aider(AdapterDefaults):
     Options: ClassVar[type[BaseModel]] = AiderOptions
     env_vars: ClassVar[tuple[str, ...]] = tuple(ENV_OVERRIDES.values())
 
+    # AIDER_<OPTION> sets any option (aider/args.py, configargparse auto_env_var_prefix "AIDER_").
+    one_shot: ClassVar[OneShot | None] = OneShot(("aider",), ("--message",), ("--yes-always", "--no-git"), opt_outs={
+        "AIDER_CHECK_UPDATE": "false", "AIDER_ANALYTICS": "false", "AIDER_SHOW_RELEASE_NOTES": "false"},
+        timeout_s=90.0)
+    package: ClassVar[Package | None] = Package("pypi", "aider-chat", "0.86.2", ("aider",))
+    # AIDER_<OPTION> (shell or any .env) outranks every .aider.conf.yml.
+    competing: ClassVar[Competing] = Competing(("AIDER_MODEL", *OPENAI_MODEL), ("AIDER_OPENAI_API_KEY", *OPENAI_KEY),
+                                               ("AIDER_OPENAI_API_BASE",), (".aider.conf.yml", ".env"))
+    tool_dirs: ClassVar[Mapping[str, str]] = {}
+    # it writes its history files in the working directory by default: verify moves them into its HOME
+    verify_env: ClassVar[Mapping[str, str]] = {"AIDER_CHAT_HISTORY_FILE": ".aider.chat.history",
+                                               "AIDER_INPUT_HISTORY_FILE": ".aider.input.history"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """``~/.aider.conf.yml``, ``~/.env``, ``~/.aider.model.settings.yml`` and ``~/.aider.model.metadata.json``."""
+        return [conf_path(env), env.home / ".env", env.home / ".aider.model.settings.yml",
+                env.home / ".aider.model.metadata.json"]
+
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One YAML target with the owned keys; everything else in the file is kept."""
-        opts = AiderOptions.model_validate(dict(settings.options))
+        opts = settings.options_as(AiderOptions)
         path = conf_path(env)
         if not (path.exists() or (env.home / ".aider").is_dir() or shutil.which("aider") or opts.create):
             raise NotFound(f"Aider not found: no {path}, no ~/.aider and no `aider` on PATH; install Aider, or "

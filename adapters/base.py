@@ -4,8 +4,7 @@ An adapter knows nothing about profiles. The daemon resolves a profile into one 
 (protocol roots already normalized, key already cleaned) and calls ``adapter.plan(settings, env)``, which
 returns *targets*: for each file, a pure function from the file's current content to its new content.
 One shared writer (``conduit.adapters.writer.apply``) reads, renders, diffs (secrets masked), backs up and
-replaces atomically. Adapters never touch the disk themselves (STYLE.md habit 4), except to *read* for
-detection.
+replaces atomically. Adapters render and never touch the disk themselves, except to *read* for detection.
 """
 
 from __future__ import annotations
@@ -15,17 +14,17 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.declarations import Blocker
+from conduit.adapters.declarations import Blocker, Competing, OneShot, Package
 from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
 from conduit.adapters.limits import LimitLedger
 
 __all__ = [
     "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "Effective", "Env", "NoOptions",
-    "FROM_CONDUIT", "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "TAKE_CURRENT", "Target", "TextTarget", "ToolFacts",
+    "FROM_CONDUIT", "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "TakeCurrent", "Target", "TextTarget", "ToolFacts",
     "ToolSettings", "Unsupported",
 ]
 
@@ -33,6 +32,24 @@ __all__ = [
 # SDKs refuse an empty key, and such a server accepts any.
 NO_KEY = "no-key-needed"
 AuthStyle = Literal["bearer", "x-api-key"]
+
+TakeCurrent = bool | tuple[str, ...]
+"""Whether an adapter that ``keeps_user_choice`` (CC Switch) takes the tool's own selection back: True when
+conduit should (the profile's choice changed since the last sync, or ``--force``); ``(FROM_CONDUIT, channel,
+...)`` when only the fallback routing moved the tool, so the selection moves only when it is conduit's row of one
+of those channels (the profile's, the route's before and after); False otherwise."""
+
+FROM_CONDUIT = "conduit"
+"""First item of a ``TakeCurrent`` tuple ``(FROM_CONDUIT, channel, ...)``: the fallback routing alone moved the
+tool, so "current" may move only from the rows of those channels (conduit's rows of this route)."""
+
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
+
+
+class NoOptions(BaseModel):
+    """Options model for a tool with no options of its own."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)
@@ -52,7 +69,7 @@ class Root:
     def anthropic_base(self) -> str:
         """Base URL for Anthropic-SDK clients (Claude Code, CC Switch claude rows): the root, no version.
 
-        Source: the Anthropic SDKs request ``base_url + "/v1/messages"`` (shared/formats/claude-code.md).
+        Source: the Anthropic SDKs request ``base_url + "/v1/messages"`` (docs/formats/claude-code.md).
         """
         return self.url
 
@@ -60,7 +77,7 @@ class Root:
         """Base URL for OpenAI-SDK clients (Cline, Codex, ...): root + ``/<version>``.
 
         Source: the OpenAI SDKs request ``base_url + "/chat/completions"`` and never add ``/v1``
-        (shared/formats/cline.md).
+        (docs/formats/cline.md).
         """
         return f"{self.url}/{self.version}"
 
@@ -78,7 +95,10 @@ class ToolSettings:
         model: the main model id as the gateway names it.
         small_model: background/small model (Claude Code's haiku slot), or None.
         timeout_s: request timeout in seconds, or None for the tool's default.
-        options: the tool's own options, validated by the adapter's ``Options`` model.
+        options: the tool's own ``[tools.<name>]`` options, an instance of the adapter's ``Options`` model
+            (``NoOptions`` when none were given); an adapter reads them with ``options_as``.
+        take_current: for an adapter that ``keeps_user_choice``, whether to take the tool's own selection back
+            (``TakeCurrent``; the sync engine sets it, default True).
         context_window: the model's context window in tokens (the profile's ``context_window``, else what the
             channel's ``GET /v1/models`` reports), or None when unknown: an adapter writes it where the tool has
             such a setting and writes nothing when None.
@@ -96,7 +116,8 @@ class ToolSettings:
     model: str = ""
     small_model: str | None = None
     timeout_s: float | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: BaseModel = field(default_factory=NoOptions)
+    take_current: TakeCurrent = True
     context_window: int | None = None
     max_output_tokens: int | None = None
     limits: LimitLedger | None = field(default=None, compare=False, repr=False)
@@ -106,6 +127,19 @@ class ToolSettings:
         """The key to write into a tool: the key, or ``NO_KEY`` for a channel that needs none (the tools'
         SDKs refuse an empty key)."""
         return self.key if self.key is not None else NO_KEY
+
+    def options_as(self, model: type[OptionsT]) -> OptionsT:
+        """The tool's options as the adapter's own ``Options`` model: the instance the resolver validated, or
+        ``model``'s defaults when the settings carry none (``NoOptions``: an adapter called directly).
+
+        Raises:
+            TypeError: the settings carry another tool's options.
+        """
+        if isinstance(self.options, model):
+            return self.options
+        if type(self.options) is NoOptions:
+            return model()
+        raise TypeError(f"{self.tool}: options are {type(self.options).__name__}, not {model.__name__}")
 
 
 class Env:
@@ -200,24 +234,6 @@ class SqliteTarget:
 Target = TextTarget | SqliteTarget
 
 
-FROM_CONDUIT = "conduit"
-"""First item of a ``TAKE_CURRENT`` tuple ``(FROM_CONDUIT, channel, ...)``: the fallback routing alone moved the
-tool, so "current" may move only from the rows of those channels (conduit's rows of this route)."""
-
-TAKE_CURRENT = "_take_current"
-"""The option the sync engine adds for an adapter that ``keeps_user_choice`` (CC Switch; never the profile: its
-``Options`` refuses it there): True when conduit should take the tool's own selection back (the profile's choice
-changed since the last sync, or ``--force``); ``(FROM_CONDUIT, channel, ...)`` when only the fallback routing
-moved the tool, so the selection moves only when it is conduit's row of one of those channels (the profile's,
-the route's before and after); False otherwise. Here, not in cc_switch.py, so the engine need not import that
-adapter (and psutil, sqlite) to name it."""
-
-
-class NoOptions(BaseModel):
-    """Options model for a tool with no options of its own."""
-
-    model_config = ConfigDict(extra="forbid")
-
 
 class Adapter(Protocol):
     """What every tool module provides (see ``conduit.adapters.registry``); checked by mypy on the registry.
@@ -236,6 +252,27 @@ class Adapter(Protocol):
             outranks them (``CODEX_HOME``, ``AIDER_MODEL``...); the test suite clears each of them.
         discover_rank: order of ``conduit init``'s proposals (lower first); the first tool found gives the
             proposed profile its main channel and model.
+        writes_context: the adapter writes ``context_window``/``max_output_tokens`` into the tool's files, so the
+            channel's model list is kept fresh for it (default False).
+        keeps_user_choice: the tool's own window can choose the provider; the sync engine tells the adapter
+            when to take that choice back (``ToolSettings.take_current``; default False).
+
+    Required, no default (``registry.missing_declarations`` names any an adapter lacks; the types are in
+    ``conduit.adapters.declarations``):
+        one_shot: how to run the tool once (``OneShot``), or None for a tool without a command line.
+        package: the pinned package that installs it (``Package``), or None.
+        competing: its sources that may outrank conduit's file (``Competing``).
+        verify_files(env): the tool's other files that decide what it sends (credentials, trust lists, files the
+            adapter only reads), which ``conduit verify`` copies into its temporary HOME with ``plan``'s targets.
+        tool_dirs: each variable that moves the tool's directory -> where it points inside verify's temporary
+            HOME, relative (``{"CODEX_HOME": ".codex"}``; ``"."`` is the temporary HOME itself); ``{}`` for none.
+        base_forms: base URL paths the real-tool tier tries (``OPENAI_FORMS``...), ``()`` without a one-shot.
+        model_routes: the route(s) a model request must hit under the normalized root ``/api`` (``{model}``
+            stands for the profile's model), ``()`` without a one-shot.
+        fresh_options: ``[tools.<name>]`` options that let the adapter write into a fresh HOME (``{"create":
+            True}``; Cline ``{"generation": "C"}``), used by ``conduit verify`` and the real-tool tier.
+    Optional: verify_env: variables ``conduit verify`` sets for the run, each to a path relative to its
+        temporary HOME (Aider's history files); default ``{}``.
     """
 
     name: ClassVar[str]
@@ -246,6 +283,21 @@ class Adapter(Protocol):
     Options: ClassVar[type[BaseModel]]
     env_vars: ClassVar[tuple[str, ...]]
     discover_rank: ClassVar[int]
+    writes_context: ClassVar[bool]
+    keeps_user_choice: ClassVar[bool]
+    one_shot: ClassVar[OneShot | None]
+    package: ClassVar[Package | None]
+    competing: ClassVar[Competing]
+    tool_dirs: ClassVar[Mapping[str, str]]
+    verify_env: ClassVar[Mapping[str, str]]
+    base_forms: ClassVar[tuple[str, ...]]
+    model_routes: ClassVar[tuple[str, ...]]
+    fresh_options: ClassVar[Mapping[str, object]]
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """Paths (files, or directories copied whole) of the tool's files ``conduit verify`` copies besides
+        ``plan``'s targets. Read-only; never raises."""
+        ...
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Return the targets to write. Raises ``NotFound`` or ``Unsupported``."""
@@ -273,13 +325,16 @@ class Adapter(Protocol):
 
 
 class AdapterDefaults:
-    """Shared defaults an adapter class points at (STYLE.md habit 2): no options, no variables, no hot reload
+    """Shared defaults an adapter class points at, so each shows only how its tool differs: no options, no variables, no hot reload
     hint, nothing to discover, no client view. Each adapter overrides only how its tool differs."""
 
     restart_hint: ClassVar[str | None] = None
     Options: ClassVar[type[BaseModel]] = NoOptions
     env_vars: ClassVar[tuple[str, ...]] = ()
     discover_rank: ClassVar[int] = 100
+    writes_context: ClassVar[bool] = False
+    keeps_user_choice: ClassVar[bool] = False
+    verify_env: ClassVar[Mapping[str, str]] = {}
 
     def discover(self, env: Env) -> Proposal | None:
         """Nothing to propose."""

@@ -1,7 +1,7 @@
 """CC Switch: keep one provider per conduit channel in its store, and mark it current.
 
 If conduit changed Claude Code's files but not CC Switch's store, the user's next click in CC Switch would bring
-the old key or model back. Facts (shared/formats/cc-switch.md, read from farion1231/cc-switch v3.20):
+the old key or model back. Facts (docs/formats/cc-switch.md, read from farion1231/cc-switch v3.20):
 - v3.8+: SQLite ``<dir>/cc-switch.db`` (``PRAGMA user_version`` 17 in v3.20). Never create it, never change
   ``user_version``. Table ``providers`` has primary key ``(id, app_type)``; ``provider_endpoints`` references it
   with ON DELETE CASCADE, so ``INSERT OR REPLACE`` would silently drop endpoints: upsert with
@@ -15,7 +15,7 @@ the old key or model back. Facts (shared/formats/cc-switch.md, read from farion1
 
 Coexistence: a provider chosen in CC Switch's own window is the user's choice. ``plan`` keeps conduit's row
 current in content, but marks it current (both layers) only when the sync engine says the profile's choice for
-CC Switch changed since the last sync, or ``conduit sync --force`` (the engine's ``TAKE_CURRENT`` option), or
+CC Switch changed since the last sync, or ``conduit sync --force`` (the engine's ``take_current`` setting), or
 when no provider is current at all. A fallback routing switch alone moves "current" only between conduit's own
 rows of the route (``FROM_CONDUIT``), never away from a provider the user picked. ``selected_provider`` says which provider CC Switch has selected (doctor).
 """
@@ -36,18 +36,19 @@ from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import (
     FROM_CONDUIT,
-    TAKE_CURRENT,
     AdapterDefaults,
     Env,
     NotFound,
     Proposal,
     Protocol_,
     SqliteTarget,
+    TakeCurrent,
     Target,
     ToolFacts,
     ToolSettings,
 )
 from conduit.adapters.claude_code import SECRET_VARS, anthropic_env, anthropic_proposal, merge_env
+from conduit.adapters.declarations import Competing, OneShot, Package
 from conduit.adapters.formats.jsonfile import as_object, json_target, read_json_quietly
 from conduit.adapters.formats.masking import mask_values, secret_values
 from conduit.errors import ToolFileError
@@ -70,7 +71,7 @@ class CCSwitchOptions(BaseModel):
     make_current: bool = True
 
 
-# TAKE_CURRENT (imported above from base, where the engine names it): True when conduit should take
+# ToolSettings.take_current (``TakeCurrent``, set by the engine): True when conduit should take
 # ``is_current`` back (the profile's choice changed since the last sync, or ``--force``); (FROM_CONDUIT, channel,
 # ...) when only the fallback routing moved the tool: then "current" moves from conduit's row of one of those
 # channels to the new one, never away from a provider the user picked (an older ``conduit-*`` row included);
@@ -78,10 +79,10 @@ class CCSwitchOptions(BaseModel):
 TakeMode = bool | frozenset[str]
 
 
-def _take_mode(value: Any) -> TakeMode:
-    """The engine's ``TAKE_CURRENT`` value: the provider ids "current" may move from for a routing switch, else
-    its truth (True when absent)."""
-    if isinstance(value, (tuple, list)) and value and value[0] == FROM_CONDUIT:
+def _take_mode(value: TakeCurrent) -> TakeMode:
+    """The engine's ``take_current`` value: the provider ids "current" may move from for a routing switch, else
+    its truth."""
+    if isinstance(value, tuple) and value and value[0] == FROM_CONDUIT:
         return frozenset(provider_id(str(c)) for c in value[1:])
     return bool(value)
 
@@ -129,22 +130,34 @@ class CCSwitch(AdapterDefaults):
     restart_hint: ClassVar[str | None] = ("restart CC Switch if it is running: it caches the current provider and may "
                               "write its old choice back")
     Options: ClassVar[type[BaseModel]] = CCSwitchOptions
-    #: The user may choose another provider in CC Switch's window: the engine passes ``TAKE_CURRENT``.
+    #: The user may choose another provider in CC Switch's window: the engine sets ``take_current``.
     keeps_user_choice: ClassVar[bool] = True
 
+    # A desktop application with no command line: nothing to run once, no package for the real-tool tier.
+    one_shot: ClassVar[OneShot | None] = None
+    package: ClassVar[Package | None] = None
+    competing: ClassVar[Competing] = Competing()
+    tool_dirs: ClassVar[Mapping[str, str]] = {}
+    base_forms: ClassVar[tuple[str, ...]] = ()
+    model_routes: ClassVar[tuple[str, ...]] = ()
+    fresh_options: ClassVar[Mapping[str, object]] = {}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """None: ``conduit verify`` does not run CC Switch (no command line)."""
+        return []
+
     @staticmethod
-    def store_dir(env: Env, options: Mapping[str, Any] | None = None) -> Path:
+    def store_dir(env: Env, options: CCSwitchOptions | None = None) -> Path:
         """``[tools.cc_switch] dir`` or ``~/.cc-switch``."""
-        d = (options or {}).get("dir")
-        return Path(str(d)).expanduser() if d else env.home / ".cc-switch"
+        d = options.dir if options is not None else None
+        return Path(d).expanduser() if d else env.home / ".cc-switch"
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """The provider row (or legacy JSON entry) and the current-provider layer. Raises NotFound when CC Switch's
         store is missing (conduit never creates it)."""
-        options = dict(settings.options)
-        take = _take_mode(options.pop(TAKE_CURRENT, True))
-        opts = CCSwitchOptions.model_validate(options)
-        d = self.store_dir(env, options)
+        take = _take_mode(settings.take_current)
+        opts = settings.options_as(CCSwitchOptions)
+        d = self.store_dir(env, opts)
         db = d / "cc-switch.db"
         pid = provider_id(settings.channel)
         if db.exists():
@@ -221,7 +234,7 @@ class CCSwitch(AdapterDefaults):
         return anthropic_proposal(self.name, cenv if isinstance(cenv, dict) else {})
 
 
-def selected_provider(env: Env, options: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+def selected_provider(env: Env, options: CCSwitchOptions | None = None) -> dict[str, Any] | None:
     """The Claude provider CC Switch has selected now, read-only: ``{"id", "name", "by_conduit", "layer"}``
     (``layer``: ``settings.json`` when its ``currentProviderClaude`` names it, which wins, else ``is_current``
     or ``config.json`` for v3.0-3.7), or None when CC Switch is not installed, nothing is selected, or the

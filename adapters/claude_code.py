@@ -1,6 +1,6 @@
 """Claude Code: the ``env`` object of the user settings file.
 
-Facts (shared/formats/claude-code.md, from Claude Code's docs, changelog and issue threads):
+Facts (docs/formats/claude-code.md, from Claude Code's docs, changelog and issue threads):
 - File: ``$CLAUDE_CONFIG_DIR/settings.json``, else ``~/.claude/settings.json``. Strict JSON: a comment or a
   trailing comma makes Claude Code ignore the whole file, so conduit refuses to edit such a file.
 - Every ``env`` value is a JSON string. The SDK appends ``/v1/messages`` to ``ANTHROPIC_BASE_URL``, so the base
@@ -36,7 +36,7 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.declarations import Blocker
+from conduit.adapters.declarations import Blocker, Competing, OneShot, Package
 from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
 from conduit.adapters.formats.masking import shown
 from conduit.adapters.formats.textformats import tool_version
@@ -117,6 +117,27 @@ class ClaudeCode(AdapterDefaults):
                                           "start-up")
     env_vars: ClassVar[tuple[str, ...]] = ("CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL",
                                            *CLOUD_SWITCHES)
+
+    # CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: Claude Code docs "Environment variables" (update checks,
+    # telemetry, error reports, bug command); DISABLE_AUTOUPDATER likewise.
+    one_shot: ClassVar[OneShot | None] = OneShot(("claude",), ("-p",), opt_outs={
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"})
+    package: ClassVar[Package | None] = Package("npm", "@anthropic-ai/claude-code", "2.1.197", ("claude",))
+    # A settings.json env value beats the shell, so only project files and managed settings win.
+    competing: ClassVar[Competing] = Competing(("ANTHROPIC_MODEL",), ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY"),
+                                               ("ANTHROPIC_BASE_URL",),
+                                               (".claude/settings.local.json", ".claude/settings.json"))
+    tool_dirs: ClassVar[Mapping[str, str]] = {"CLAUDE_CONFIG_DIR": ".claude"}
+    base_forms: ClassVar[tuple[str, ...]] = ("/api", "/api/v1", "/api/v1/messages")
+    model_routes: ClassVar[tuple[str, ...]] = ("/api/v1/messages",)
+    fresh_options: ClassVar[Mapping[str, object]] = {}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """settings.json, settings.local.json, .credentials.json, CLAUDE.md and the state file ``.claude.json``
+        (in ``$CLAUDE_CONFIG_DIR`` when set, else ``~``)."""
+        d = self.settings_path(env).parent
+        state = (d if env.get("CLAUDE_CONFIG_DIR") else env.home) / ".claude.json"
+        return [d / "settings.json", d / "settings.local.json", d / ".credentials.json", d / "CLAUDE.md", state]
 
     @staticmethod
     def settings_path(env: Env) -> Path:

@@ -1,6 +1,6 @@
 """Cline: OpenAI-compatible provider settings, in whichever storage generation is installed.
 
-Facts (shared/formats/cline.md, read from the cline/cline sources, VS Code 4.1.x / CLI 3.0.x):
+Facts (docs/formats/cline.md, read from the cline/cline sources, VS Code 4.1.x / CLI 3.0.x):
 - ``<data>`` = ``$CLINE_DATA_DIR`` (trimmed), else ``$CLINE_DIR/data``, else ``~/.cline/data``.
 - Generation A (VS Code <= 3.65): VS Code's ``state.vscdb`` + OS keychain; not writable from outside.
 - Generation B (VS Code >= 3.66, JetBrains, CLI 1.x/2.x): ``<data>/globalState.json`` (``planModeApiProvider``,
@@ -13,7 +13,7 @@ Facts (shared/formats/cline.md, read from the cline/cline sources, VS Code 4.1.x
 - The OpenAI SDK requests ``baseURL + "/chat/completions"``; it never adds ``/v1``.
 - Generation B caches both files in memory and rewrites them on its next save: reload Cline after a sync.
 - Limits (tokens): generation B's ``planModeOpenAiModelInfo`` / ``actModeOpenAiModelInfo`` objects hold
-  ``contextWindow`` and ``maxTokens`` (shared/formats/cline.md; cline/cline ``src/shared/api.ts`` ``ModelInfo``);
+  ``contextWindow`` and ``maxTokens`` (docs/formats/cline.md; cline/cline ``src/shared/api.ts`` ``ModelInfo``);
   generation C's provider ``settings`` has ``contextWindow`` and ``maxTokens`` (``@cline/core`` 3.0's
   ``ProviderSettingsSchema``, ``services/llms/provider-settings.d.ts``), which ``@cline/llms`` passes on as
   ``maxInputTokens`` and ``maxOutputTokens``. conduit writes them only when it knows them.
@@ -22,6 +22,7 @@ Facts (shared/formats/cline.md, read from the cline/cline sources, VS Code 4.1.x
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -39,6 +40,16 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
     Unsupported,
+)
+from conduit.adapters.declarations import (
+    OPENAI_BASE,
+    OPENAI_FORMS,
+    OPENAI_KEY,
+    OPENAI_MODEL,
+    OPENAI_ROUTES,
+    Competing,
+    OneShot,
+    Package,
 )
 from conduit.adapters.formats.jsonfile import as_object, json_target, read_json_quietly
 from conduit.adapters.limits import ABSENT, LimitLedger
@@ -151,9 +162,22 @@ class Cline(AdapterDefaults):
     Options: ClassVar[type[BaseModel]] = ClineOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CLINE_DATA_DIR", "CLINE_DIR", "CLINE_PROVIDER_SETTINGS_PATH")
 
+    one_shot: ClassVar[OneShot | None] = OneShot(("cline",))
+    package: ClassVar[Package | None] = Package("npm", "cline", "3.0.65", ("cline",))
+    competing: ClassVar[Competing] = Competing(OPENAI_MODEL, OPENAI_KEY, OPENAI_BASE)
+    tool_dirs: ClassVar[Mapping[str, str]] = {"CLINE_DIR": ".cline", "CLINE_DATA_DIR": ".cline/data",
+                                              "CLINE_PROVIDER_SETTINGS_PATH": ".cline/data/settings/providers.json"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"generation": "C"}  # Cline CLI 3.x is generation C
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """globalState.json and secrets.json in ``data_dir``, and ``providers_path``."""
+        return [data_dir(env) / "globalState.json", data_dir(env) / "secrets.json", providers_path(env)]
+
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets for each generation to write. Raises NotFound (nothing installed) or Unsupported (A)."""
-        gen = ClineOptions.model_validate(dict(settings.options)).generation
+        gen = settings.options_as(ClineOptions).generation
         gens = detect_generations(env) if gen == "auto" else [gen]
         if gens == ["A"]:
             raise Unsupported("only a Cline <= 3.65 VS Code store was found (state.vscdb + OS keychain), which "

@@ -22,13 +22,14 @@ Facts (openai/codex: ``codex-rs/core/src/model_provider_info.rs``, ``codex-rs/ar
   ``model_provider``/``model``), a trusted project's ``.codex/config.toml`` (may set ``model``). Codex reads
   config.toml only at start-up.
 - ``model_context_window = N`` (root key, tokens) tells Codex the model's context window, which it cannot know
-  for a custom provider's model ("model metadata is unknown", shared/formats/real-tools.md); openai/codex
+  for a custom provider's model ("model metadata is unknown", docs/formats/real-tools.md); openai/codex
   ``docs/config.md`` ("model_context_window"), and the string is in the 0.171 binary. Codex has no output-limit
   key (no ``model_max_output_tokens`` in that binary), so ``max_output_tokens`` is not written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -46,7 +47,16 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.declarations import Blocker
+from conduit.adapters.declarations import (
+    OPENAI_BASE,
+    OPENAI_FORMS,
+    OPENAI_KEY,
+    OPENAI_MODEL,
+    Blocker,
+    Competing,
+    OneShot,
+    Package,
+)
 from conduit.adapters.formats.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
 from conduit.adapters.formats.versions import at_least, installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
@@ -62,7 +72,7 @@ CHAT_REFUSED_FROM = (0, 97, 0)
 longer supported"). Source: openai/codex commit d2394a2494 "chore: nuke chat/completions API" (PR #10157,
 2026-02-03) replaced the chat wire API by that error in ``model_provider_info.rs``; the first release after it
 is 0.97.0 (OpenRouterLabs/spawn PR #1608, 2026-02-21: ``wire_api = "responses"`` is "required by Codex
->=0.97.0"). Observed again with 0.171.0 (shared/formats/real-tools.md)."""
+>=0.97.0"). Observed again with 0.171.0 (docs/formats/real-tools.md)."""
 
 
 class CodexOptions(BaseModel):
@@ -120,9 +130,22 @@ class Codex(AdapterDefaults):
     Options: ClassVar[type[BaseModel]] = CodexOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CODEX_HOME", KEY_VAR, "OPENAI_BASE_URL")
 
+    one_shot: ClassVar[OneShot | None] = OneShot(("codex",), ("exec", "--skip-git-repo-check"))
+    package: ClassVar[Package | None] = Package("npm", "@openai/codex", "0.171.0", ("codex",))
+    competing: ClassVar[Competing] = Competing(OPENAI_MODEL, ("CONDUIT_API_KEY", *OPENAI_KEY), OPENAI_BASE,
+                                               (".codex/config.toml",))
+    tool_dirs: ClassVar[Mapping[str, str]] = {"CODEX_HOME": ".codex"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = ("/api/v1/responses",)
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """config.toml, .env, auth.json and AGENTS.md in ``codex_home``."""
+        return [codex_home(env) / n for n in ("config.toml", ".env", "auth.json", "AGENTS.md")]
+
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: config.toml (provider table, model, model_provider) and, for ``dotenv``, the key in .env."""
-        opts = CodexOptions.model_validate(dict(settings.options))
+        opts = settings.options_as(CodexOptions)
         home = codex_home(env)
         if not home.is_dir() and not opts.create:
             raise NotFound(f"Codex CLI not found: no {home}; install Codex, or set [tools.codex] create = true")

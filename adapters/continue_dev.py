@@ -19,6 +19,7 @@ and ``packages/openai-adapters``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,6 +35,16 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
     Unsupported,
+)
+from conduit.adapters.declarations import (
+    OPENAI_BASE,
+    OPENAI_FORMS,
+    OPENAI_KEY,
+    OPENAI_MODEL,
+    OPENAI_ROUTES,
+    Competing,
+    OneShot,
+    Package,
 )
 from conduit.adapters.formats.textformats import parse_yaml, yaml_target
 from conduit.adapters.limits import ABSENT, LimitLedger
@@ -74,9 +85,21 @@ class Continue(AdapterDefaults):
     Options: ClassVar[type[BaseModel]] = ContinueOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CONTINUE_GLOBAL_DIR",)
 
+    one_shot: ClassVar[OneShot | None] = OneShot(("cn",), ("-p",))
+    package: ClassVar[Package | None] = Package("npm", "@continuedev/cli", "1.5.47", ("cn",))
+    competing: ClassVar[Competing] = Competing(OPENAI_MODEL, OPENAI_KEY, OPENAI_BASE, (".continue/config.yaml",))
+    tool_dirs: ClassVar[Mapping[str, str]] = {"CONTINUE_GLOBAL_DIR": ".continue"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """``continue_dir`` (copied whole)."""
+        return [continue_dir(env)]
+
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One YAML target: upsert the ``conduit`` model entry, keep every other entry, key and comment."""
-        opts = ContinueOptions.model_validate(dict(settings.options))
+        opts = settings.options_as(ContinueOptions)
         d = continue_dir(env)
         path = d / "config.yaml"
         if not d.is_dir() and not opts.create:

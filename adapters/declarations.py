@@ -7,17 +7,36 @@ non-empty answer turns the tool's state from ``in_sync`` into the first blocker'
 - ``untrusted``: Gemini CLI will not read its ``.env`` in the working folder (folder trust);
 - ``refused``: the installed version refuses a setting in the tool's file (Codex ``wire_api = "chat"``).
 Every blocker names its source and the fix a person can apply. Values in ``why``/``fix`` never hold a key.
+
+Also the data an adapter declares about its tool beyond its files (``base.Adapter``): how to run it once
+(``OneShot``), the package that installs it (``Package``), its competing sources (``Competing``), and the shared
+values adapters point at (the OpenAI variables and base URL forms). ``conduit verify`` and the real-tool test tier
+build their tables from these through ``conduit.adapters.registry.ADAPTERS``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 BlockerState = Literal["overridden", "untrusted", "refused"]
 
-__all__ = ["Blocker", "BlockerState", "git_root", "read_env_quietly"]
+__all__ = ["OPENAI_BASE", "OPENAI_FORMS", "OPENAI_KEY", "OPENAI_MODEL", "OPENAI_ROUTES", "Blocker", "BlockerState",
+           "Competing", "OneShot", "Package", "git_root", "read_env_quietly"]
+
+OPENAI_MODEL = ("OPENAI_MODEL",)
+"""Exported variables that can set an OpenAI-SDK client's model."""
+OPENAI_KEY = ("OPENAI_API_KEY",)
+"""... its key."""
+OPENAI_BASE = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+"""... its base URL."""
+OPENAI_FORMS = ("/api", "/api/v1", "/api/v1/chat/completions")
+"""Base URL forms the real-tool tier tries for an OpenAI-protocol tool (paths under the gateway root; conduit
+normalizes each to the root ``/api``): the root, with the version segment, and a pasted endpoint."""
+OPENAI_ROUTES = ("/api/v1/chat/completions",)
+"""The model route a chat-completions tool must hit under the normalized root ``/api``."""
 
 
 @dataclass(frozen=True)
@@ -63,3 +82,77 @@ def git_root(cwd: Path) -> Path | None:
         if d.parent == d:
             return None
         d = d.parent
+
+
+@dataclass(frozen=True)
+class OneShot:
+    """How to run a tool once, non-interactively: ``[binary, *before, PROMPT, *after]``.
+
+    Attributes:
+        binaries: command names to look for on PATH, first found wins, e.g. ``("cn",)``.
+        before / after: arguments before and after the prompt, e.g. ``("exec", "--skip-git-repo-check")``.
+        version_args: arguments that make the binary print its version.
+        opt_outs: the tool's own opt-outs of update checks and telemetry (``{"VAR": "value"}``, each source cited
+            where declared); none changes which gateway, key or model the tool uses.
+        timeout_s: bound on one run, seconds (start-up plus one model round trip to loopback).
+        untrusted_exits: exit codes meaning "this folder is not trusted, so the tool read none of its files there"
+            (Gemini CLI: 41, 55); ``()`` for a tool without folder trust.
+    """
+
+    binaries: tuple[str, ...]
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    version_args: tuple[str, ...] = ("--version",)
+    opt_outs: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 60.0
+    untrusted_exits: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Package:
+    """The package that installs a tool's command line, pinned (the real-tool test tier installs it).
+
+    Attributes:
+        registry: ``npm`` or ``pypi``.
+        name / version: e.g. ``"@openai/codex"`` / ``"0.171.0"``.
+        commands: the command names it provides, e.g. ``("codex",)``.
+    """
+
+    registry: Literal["npm", "pypi"]
+    name: str
+    version: str
+    commands: tuple[str, ...]
+
+    @property
+    def pin(self) -> str:
+        """``name@version`` (npm) or ``name==version`` (pypi), as the installers take it."""
+        return f"{self.name}=={self.version}" if self.registry == "pypi" else f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
+class Competing:
+    """A tool's sources that may outrank the user file conduit writes, read statically (no tool runs for this).
+
+    Attributes:
+        model / key / base: exported variables that can set the model, carry the key, set the base URL.
+        files: project files (relative to the working directory) that rank above the user file conduit writes.
+        walks_up: the files (relative) the tool also looks for in every folder above the working directory
+            (Gemini CLI's ``findEnvFile``: ``.gemini/.env``, ``.env``); ``()`` when it reads the working
+            directory's only.
+    """
+
+    model: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()
+    base: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    walks_up: tuple[str, ...] = ()
+
+    def blockers(self, environ: Mapping[str, str], cwd: Path) -> list[Blocker]:
+        """``overridden`` blockers for each competing variable exported in ``environ`` (named, value never shown)
+        and each of ``files`` present in ``cwd``; for an adapter's ``outranks``."""
+        names = dict.fromkeys((*self.model, *self.key, *self.base))
+        out = [Blocker("overridden", "shell environment", f"{n} is exported and outranks the file conduit writes",
+                       f"unset {n}") for n in names if environ.get(n, "").strip()]
+        return out + [Blocker("overridden", str(cwd / rel), "a project file ranks above the file conduit writes",
+                              f"remove the gateway settings from {cwd / rel}") for rel in self.files
+                      if (cwd / rel).is_file()]

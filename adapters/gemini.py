@@ -22,6 +22,7 @@ Facts (google-gemini/gemini-cli ``packages/cli/src/config/settings.ts`` ``findEn
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,7 +38,7 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.declarations import Blocker
+from conduit.adapters.declarations import Blocker, Competing, OneShot, Package
 from conduit.adapters.formats import trustedfolders as trust
 from conduit.adapters.formats.masking import shown
 from conduit.adapters.formats.textformats import (
@@ -115,9 +116,27 @@ class Gemini(AdapterDefaults):
     Options: ClassVar[type[BaseModel]] = GeminiOptions
     env_vars: ClassVar[tuple[str, ...]] = ("GEMINI_CLI_HOME", *ENV_VARS, *trust.ENV_VARS)
 
+    one_shot: ClassVar[OneShot | None] = OneShot(("gemini",), ("-p",), untrusted_exits=(41, 55))
+    package: ClassVar[Package | None] = Package("npm", "@google/gemini-cli", "0.61.0", ("gemini",))
+    # An exported variable outranks every .env file; a project .env hides ~/.gemini/.env (findEnvFile walks up).
+    competing: ClassVar[Competing] = Competing(("GEMINI_MODEL",), ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+                                               ("GOOGLE_GEMINI_BASE_URL",),
+                                               (".gemini/.env", ".env", ".gemini/settings.json"),
+                                               walks_up=(".gemini/.env", ".env"))
+    tool_dirs: ClassVar[Mapping[str, str]] = {"GEMINI_CLI_HOME": "."}
+    base_forms: ClassVar[tuple[str, ...]] = ("/api", "/api/v1", "/api/v1beta")
+    model_routes: ClassVar[tuple[str, ...]] = ("/api/v1beta/models/{model}:streamGenerateContent",
+                                               "/api/v1beta/models/{model}:generateContent")
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """.env, settings.json, trustedFolders.json and GEMINI.md in ``gemini_dir``, and the ``.env`` beside it."""
+        d = gemini_dir(env)
+        return [d / n for n in (".env", "settings.json", "trustedFolders.json", "GEMINI.md")] + [d.parent / ".env"]
+
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the three variables in ``.gemini/.env``; the auth type in ``settings.json`` (JSONC kept)."""
-        opts = GeminiOptions.model_validate(dict(settings.options))
+        opts = settings.options_as(GeminiOptions)
         d = gemini_dir(env)
         if not d.is_dir() and not opts.create:
             raise NotFound(f"Gemini CLI not found: no {d}; install Gemini CLI, or set [tools.gemini] create = true")
@@ -210,7 +229,7 @@ def _trust_fix(verdict: trust.Verdict, settings: ToolSettings, env: Env, d: Path
     if verdict.level == "DO_NOT_TRUST":
         return (f"the entry \"{verdict.rule}\": \"DO_NOT_TRUST\" is yours and conduit never changes it: set it to "
                 f"\"TRUST_FOLDER\" in {trust.folders_path(env, d)}, or export GEMINI_CLI_TRUST_WORKSPACE=true")
-    folders = [trust.expand(f, env) for f in GeminiOptions.model_validate(dict(settings.options)).trust]
+    folders = [trust.expand(f, env) for f in settings.options_as(GeminiOptions).trust]
     if trust.deciding_rule(env.cwd, dict.fromkeys(folders, "TRUST_FOLDER")) is not None:
         return "run `conduit sync`: [tools.gemini] trust covers this folder but trustedFolders.json lacks it"
     return (f"add trust = [\"{env.cwd}\"] (or a folder above it, such as \"~/src\") to [tools.gemini] in the "

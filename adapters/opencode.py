@@ -24,6 +24,7 @@ Facts (sst/opencode docs ``config``, ``providers`` ("Custom provider"), and ``pa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -39,6 +40,16 @@ from conduit.adapters.base import (
     Target,
     ToolFacts,
     ToolSettings,
+)
+from conduit.adapters.declarations import (
+    OPENAI_BASE,
+    OPENAI_FORMS,
+    OPENAI_KEY,
+    OPENAI_MODEL,
+    OPENAI_ROUTES,
+    Competing,
+    OneShot,
+    Package,
 )
 from conduit.adapters.formats.jsonc import _SpanParser, strip_jsonc
 from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
@@ -97,9 +108,25 @@ class OpenCode(AdapterDefaults):
     Options: ClassVar[type[BaseModel]] = OpenCodeOptions
     env_vars: ClassVar[tuple[str, ...]] = ("XDG_CONFIG_HOME", "OPENCODE_CONFIG", "OPENCODE_CONFIG_CONTENT", KEY_VAR)
 
+    # OPENCODE_DISABLE_AUTOUPDATE: opencode packages/opencode/src/flag/flag.ts.
+    one_shot: ClassVar[OneShot | None] = OneShot(("opencode",), ("run",), opt_outs={"OPENCODE_DISABLE_AUTOUPDATE": "1"})
+    package: ClassVar[Package | None] = Package("npm", "opencode-ai", "1.18.33", ("opencode",))
+    competing: ClassVar[Competing] = Competing(("OPENCODE_CONFIG_CONTENT", *OPENAI_MODEL), ("CONDUIT_API_KEY", *OPENAI_KEY),
+                                               ("OPENCODE_CONFIG_CONTENT", *OPENAI_BASE),
+                                               ("opencode.json", "opencode.jsonc", ".opencode/opencode.json",
+                                                ".opencode/opencode.jsonc"))
+    tool_dirs: ClassVar[Mapping[str, str]] = {}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """``config_dir`` (copied whole) and ``~/.local/share/opencode/auth.json``."""
+        return [config_dir(env), env.home / ".local/share/opencode/auth.json"]
+
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the key file (for ``file``) and the provider edits in the config file."""
-        opts = OpenCodeOptions.model_validate(dict(settings.options))
+        opts = settings.options_as(OpenCodeOptions)
         path = config_file(env)
         if not path.parent.is_dir() and not opts.create:
             raise NotFound(f"OpenCode not found: no {path.parent}; install OpenCode, or set [tools.opencode] "

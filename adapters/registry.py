@@ -1,8 +1,8 @@
-"""The one explicit, sorted registry of adapters (STYLE.md habit 3).
+"""The one explicit, sorted registry of adapters.
 
 Its keys are the valid ``[tools.<name>]`` names in the profile; the sync engine, ``conduit doctor``,
 ``conduit init`` discovery and the test suite (the variables it clears, the OpenAI field cases) all iterate
-over it, so adding a tool is one adapter module and one line here (README "Adding a tool").
+over it, so adding a tool is one adapter module and one line here (docs/adding-a-tool.md).
 
 Each line names the adapter's module and class; the module is imported, and the adapter built, the first time
 its entry is read (``ADAPTERS["codex"]``, or iterating the values). The names alone (``in``, ``list(ADAPTERS)``)
@@ -88,6 +88,21 @@ class _Registry(MutableMapping[str, Adapter]):
 
 
 ADAPTERS: Mapping[str, Adapter] = _Registry(_TABLE)
+
+
+REQUIRED: tuple[str, ...] = ("one_shot", "package", "competing", "verify_files", "tool_dirs", "base_forms",
+                             "model_routes", "fresh_options")
+"""The declarations every adapter must make itself (``base.Adapter``: none has a default in ``AdapterDefaults``;
+a tool without a command line declares ``one_shot = None``, ``package = None`` and empty values, never omits)."""
+
+
+def missing_declarations(adapter: object) -> list[str]:
+    """The names in ``REQUIRED`` that ``adapter`` lacks, in that order (``[]`` when it declares them all).
+
+    The tables built from the registry (``conduit verify``'s, the real-tool tier's) skip or fail such a tool at run
+    time, naming these, and never at import.
+    """
+    return [name for name in REQUIRED if not hasattr(adapter, name)]
 
 
 def declared_env_vars() -> tuple[str, ...]:

@@ -13,7 +13,7 @@ this interpreter, a fresh process each time, output to a pipe), in a temporary H
   is conduit's own.
 
 The commands are interleaved round by round (so drift hits all alike); each figure is the median of N rounds,
-printed with its ratio to the floor. Goals (issue 15): ``sync`` and ``--help`` within x5, ``status`` within x6,
+printed with its ratio to the floor. Goals: ``sync`` and ``--help`` within x5, ``status`` within x6,
 ``status --json`` within x1.5.
 
 Usage: ``python bench/cli.py [--runs 15]``. Bounded: every command has a 60 s timeout, the agent 30 s to start;

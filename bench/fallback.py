@@ -1,4 +1,4 @@
-"""Fallback switch times (issue 13): the primary going down -> the last tool file written, and back.
+"""Fallback switch times: the primary going down -> the last tool file written, and back.
 
 One rig (tests/helpers/fallbackrig.py): a real `conduit agent` supervising tests/helpers/fake_vllm.py as the primary, a real
 `conduit daemon`, a hosted stand-in on loopback as `[fallback]`, real tool files under a temporary HOME. Each

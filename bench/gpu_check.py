@@ -1,6 +1,6 @@
 """Device check for a machine with an NVIDIA GPU: the agent's /v1/gpus sees a 10 GiB PyTorch allocation.
 
-Steps (issue 4, "Done when"):
+Steps (done when all hold):
 1. start a real ``conduit agent`` (real NVML, no fake) on a temporary socket under a temporary HOME;
 2. read ``/v1/gpus`` (GPU ``--gpu``, default 0): free_bytes before;
 3. allocate 10 GiB on that GPU in this process, with PyTorch when it is installed, else straight through the

@@ -13,8 +13,8 @@ measures in the same run:
    its per-chunk bookkeeping;
 
 and prints the request rates and their ratios, plus each client's CPU time per request (insensitive to other
-load on the machine; its inverse bounds the rate one core can drive). Issue 15's goal: the generator's CPU per
-request at most that of vLLM's client. The goal (issue 6) is a generator rate at least 10x the request
+load on the machine; its inverse bounds the rate one core can drive). One goal: the generator's CPU per
+request at most that of vLLM's client. The other goal is a generator rate at least 10x the request
 rate of the real-vLLM runs; that rate is measured elsewhere: pass it as ``--vllm-rate R`` (requests/s) or
 ``--vllm-json FILE`` (a ``conduit bench --json`` file: its highest per-level requests_per_s, or a plain
 ``{"requests_per_s": R}``). Bounded in count (``--requests``) and time (``--time-limit`` seconds per phase);

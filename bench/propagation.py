@@ -10,7 +10,7 @@ What it measures, all under a throwaway HOME with real-format files of Claude Co
 3. **idle**: the daemon's RSS and CPU time over ``--idle`` seconds with nothing happening, and its context
    switches (each one is a wake-up of some thread; a daemon that polls shows a steady count).
 
-Prints p50/p99 of each, the ratio daemon/floor, and the goals of issue 15 (the daemon syncs on the leading
+Prints p50/p99 of each, the ratio daemon/floor, and its goals (the daemon syncs on the leading
 edge: no debounce before the first sync): single-save p50 within 2x the floor; idle RSS under 45 MB and no
 periodic wake-ups (``--debounce-ms`` now only delays the re-read of a profile that did not parse).
 

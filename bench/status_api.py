@@ -9,7 +9,7 @@ requests per second and p50/p99 latency, printed with ratios agent / baseline.
 Then the wall time of ``conduit status --json`` against ``curl --unix-socket`` for the same data and against
 ``python -c pass`` of the same interpreter (the floor of any Python command), as medians of N runs.
 
-Goals (issue 4, issue 15): p99 under 5 ms at 16 clients; at 16 clients at least x0.8 of the bare aiohttp
+Goals: p99 under 5 ms at 16 clients; at 16 clients at least x0.8 of the bare aiohttp
 handler's req/s (the agent keeps each route's serialized body between state changes); ``conduit status
 --json`` within 1.5x of the bare interpreter.
 

@@ -8,7 +8,7 @@ four GPUs, so the screen has four GPU rows with bars and sparklines):
   ``conduit.daemon.agent.client.AgentClient`` and ``json``, nothing drawn;
 and prints both as a share of one core, the view's cost per redraw, and the ratio view / baseline.
 
-Goal (issue 15): under 3 % of one core for the view.
+Goal: under 3 % of one core for the view.
 
 Usage: ``python bench/watch.py [--seconds 30]``; needs tmux. Bounded: about 2 x seconds + 15 s.
 """

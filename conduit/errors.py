@@ -1,7 +1,7 @@
 """conduit's own error types; foreign errors are translated into these at the boundary.
 
-Exception tree (STYLE.md habit 7: OS, TOML, JSON, SQLite, HTTP and NVML errors become one of these,
-with a message a person can act on)::
+Exception tree (OS, TOML, JSON, SQLite, HTTP and NVML errors become one of these, with a message a person can
+act on)::
 
     ConduitError                 message + optional hint; the CLI prints both, never a traceback
     ├── ProfileError             the profile is unreadable or invalid (file, line, key path, fix)

@@ -255,30 +255,6 @@ def value_text(value: object) -> str:
     return code(json.dumps(value, default=str))
 
 
-PROFILE_WORDS = {
-    "version": "the profile format: 1",
-    "channel": "the channel every tool uses (a `[channels.<name>]`, or `local` with a `[vllm]` table)",
-    "model": "the model every tool uses, as the gateway names it",
-    "small_model": "the background model (Claude Code's haiku slot, OpenCode's `small_model`, Aider's weak model)",
-    "on_drift": "the sync daemon's policy when a tool changes a key conduit owns: report it, or write it back",
-}
-"""Words for the top-level keys while ``Profile`` has no ``Attributes:`` section (the code's words win)."""
-
-VLLM_WORDS = {
-    "served_model_name": "the name clients use; default: `model` as written",
-    "host": "where vLLM listens", "port": "where vLLM listens",
-    "api_key": "the key clients must send: a key source (`{ secret = \"vllm\" }`, `{ file = ... }`...) or the key "
-               "itself; given to vLLM in its environment, never on its command line",
-    "extra_args": "more flags, as a list of strings", "extra_env": "more environment variables for vLLM",
-    "startup_timeout_s": "give up on start-up after this long, seconds",
-    "stop_grace_s": "SIGTERM to SIGKILL grace on stop, seconds",
-    "health_interval_s": "how often `/health` is read, seconds", "metrics_interval_s": "how often `/metrics` is read, seconds",
-    "log_max_bytes": "log rotation: the size of `vllm.log` before it rotates", "log_backups": "log rotation: files kept",
-    "restart": "the restart policy (`[vllm.restart]`, below)", "speculative": "speculative decoding (below)",
-}
-"""Words for ``[vllm]`` keys whose field carries no description (the code's words win)."""
-
-
 def profile_page() -> str:
     """docs/reference/profile.md: the profile's tables and keys."""
     from conduit.daemon.config.fallback import FallbackSettings
@@ -289,8 +265,7 @@ def profile_page() -> str:
     sections: list[tuple[str, str, type[BaseModel], dict[str, str]]] = [
         ("top-level keys", "top-level", Profile,
          {"vllm": vllm_link, "channels": "one `[channels.<name>]` table per gateway (below)",
-          "tools": "one `[tools.<name>]` table per tool to sync (below)", "fallback": "the `[fallback]` table (below)",
-          **{k: v for k, v in PROFILE_WORDS.items() if k not in attributes(Profile)}}),
+          "tools": "one `[tools.<name>]` table per tool to sync (below)", "fallback": "the `[fallback]` table (below)"}),
         ("[channels.&lt;name&gt;]", "channels", Channel, {}),
         ("key = { ... }: key sources", "key-sources", KeySource, {}),
         ("[tools.&lt;name&gt;]", "tools", ToolConfig, {}),
@@ -366,7 +341,7 @@ def vllm_page() -> str:
            f"{plain(docline(VllmSettings))}\n\n",
            "Changing a supervision-only key (" + ", ".join(code(k) for k in sorted(SUPERVISION_ONLY)) +
            ") does not restart vLLM; changing any other key does.\n\n## `[vllm]` { #vllm }\n\n",
-           model_table(VllmSettings, {k: v for k, v in VLLM_WORDS.items() if not VllmSettings.model_fields[k].description},
+           model_table(VllmSettings, {},
                        extra=lambda n: code(flags[n]) if n in flags else "", extra_head="vLLM flag or variable")]
     seen: set[type[BaseModel]] = set()
     for name, info in VllmSettings.model_fields.items():

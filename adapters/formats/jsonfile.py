@@ -1,12 +1,12 @@
 """Helpers adapters use to build ``TextTarget``s for other programs' JSON files.
 
-Merge, never replace (DESIGN.md "Writing other programs' files"): ``json_target`` parses the current file,
+Merge, never replace (docs/design.md "Writing other programs' files"): ``json_target`` parses the current file,
 hands a deep copy to the adapter's ``transform`` (which sets only the keys the adapter owns), and dumps the
 result in the file's own indentation, key order and trailing-newline style. When the transform changes
 nothing, the original text comes back byte for byte, so formatting alone never causes a write.
 
 Parsing is strict JSON (RFC 8259): Claude Code ignores the whole settings file on a comment or a trailing
-comma (shared/formats/claude-code.md "Format rules"), so conduit refuses such a file instead of "fixing" it.
+comma (docs/formats/claude-code.md "Format rules"), so conduit refuses such a file instead of "fixing" it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Targets for the tool files that are not strict JSON: TOML and YAML here; dotenv and JSONC in their modules.
 
 Each helper returns a ``TextTarget`` whose ``render`` changes only what the adapter owns and gives back the
-original text byte for byte when nothing owned changed, so a second sync writes nothing (DESIGN.md "Writing
-other programs' files"). Comments, key order and layout of everything else survive:
+original text byte for byte when nothing owned changed, so a second sync writes nothing (docs/design.md
+"Writing other programs' files"). Comments, key order and layout of everything else survive:
 
 - TOML (Codex ``config.toml``): tomlkit, which round-trips comments and whitespace.
 - YAML (Continue ``config.yaml``, Aider ``.aider.conf.yml``): ruamel.yaml in round-trip mode, with the file's

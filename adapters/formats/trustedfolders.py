@@ -1,7 +1,7 @@
 """Gemini CLI folder trust: is a folder trusted the way Gemini CLI decides it, and the entries conduit adds.
 
 Facts (google-gemini/gemini-cli ``packages/core/src/utils/trust.ts`` ``checkPathTrust``,
-``packages/cli/src/config/trustedFolders.ts``; observed with 0.61.0 in shared/formats/real-tools.md):
+``packages/cli/src/config/trustedFolders.ts``; observed with 0.61.0 in docs/formats/real-tools.md):
 - Order: ``GEMINI_CLI_TRUST_WORKSPACE=true`` (also what ``--skip-trust`` sets) trusts every folder; then
   ``security.folderTrust.enabled = false`` in the merged settings trusts every folder (the default is
   ``true``; the system file ``/etc/gemini-cli/settings.json`` overrides the user's, which overrides

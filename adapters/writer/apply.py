@@ -1,7 +1,7 @@
-"""The one writer every adapter's output goes through (STYLE.md habit 4: adapters render, one writer writes).
+"""The one writer every adapter's output goes through (adapters render, one writer writes).
 
 An adapter returns targets (``conduit.adapters.base``); ``Writer.apply`` turns each into at most one change on
-disk and a ``WriteResult`` for the report. What it guarantees (DESIGN.md "Writing other programs' files"):
+disk and a ``WriteResult`` for the report. What it guarantees (docs/design.md "Writing other programs' files"):
 
 - **Nothing written when nothing changed**: same bytes -> no write, the file's mtime and inode stay.
 - **Merge survives concurrent edits**: the file is re-read after the temp file is filled and compared with what
@@ -28,7 +28,7 @@ disk and a ``WriteResult`` for the report. What it guarantees (DESIGN.md "Writin
 - **Secrets**: diffs, errors and notices pass through ``target.mask`` and ``conduit.redact.redact`` over the
   writer's ``secrets`` list (each replaced by its fingerprint).
 
-Errors (STYLE.md habit 7): a tool-file problem (``ToolFileError``, ``OSError``, ``UnicodeDecodeError``,
+Errors (translated at this boundary): a tool-file problem (``ToolFileError``, ``OSError``, ``UnicodeDecodeError``,
 ``sqlite3.Error``) never raises out of ``apply``; it becomes ``WriteResult.error`` with a message naming the
 file and what to do, and the file is left exactly as it was.
 

@@ -1,8 +1,8 @@
 """Applying a ``SqliteTarget`` to another program's database: one short transaction, retried while locked.
 
-What it guarantees (DESIGN.md "Writing other programs' files"): the existing database only (never created);
+What it guarantees (docs/design.md "Writing other programs' files"): the existing database only (never created);
 one ``BEGIN IMMEDIATE`` transaction with a busy timeout, retried with backoff on "database is locked" (CC
-Switch sets no busy timeout of its own: shared/formats/cc-switch.md "Locking"); a backup of the committed
+Switch sets no busy timeout of its own: docs/formats/cc-switch.md "Locking"); a backup of the committed
 state taken inside that transaction, before anything changes, and dropped again when nothing changed or the
 commit failed; ``secure_delete`` so an overwritten key does not linger in free pages; a database holding a key
 (``SqliteTarget.mode``) made 0600 together with its ``-journal``/``-wal``/``-shm`` files.

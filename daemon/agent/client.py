@@ -1,13 +1,13 @@
-"""A tiny client for the agent's socket, on httpx's Unix-socket transport (STYLE.md habit 6).
+"""A tiny client for the agent's socket, on httpx's Unix-socket transport.
 
 Usage::
 
     from conduit.daemon.agent.client import AgentClient
     with AgentClient() as agent:              # socket: conduit.daemon.config.paths.agent_socket_path()
-        status = agent.get("/v1/status")      # dict, see the README's "Routes"
+        status = agent.get("/v1/status")      # dict, see docs/reference/socket.md
         agent.post("/v1/channels/taotoken/probe", params={"wait": 5})
 
-Errors (translated at this boundary, habit 7)::
+Errors (translated at this boundary)::
 
     httpx.TransportError, OSError   -> AgentUnreachable  (exit code 2; the socket path and how to start it)
     a socket not the user's alone   -> UntrustedSocket   (exit code 2; ``conduit.daemon.agent.trust``: its

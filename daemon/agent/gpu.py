@@ -7,10 +7,10 @@ snapshot types live in ``conduit.daemon.agent.snapshots`` and are re-exported he
 The NVML calls live behind one small interface, ``NvmlLib``: the handful of ``pynvml`` (nvidia-ml-py) functions
 conduit uses, with pynvml's own signatures and error classes. The real implementation is the ``pynvml`` module
 itself; ``FakeNvml`` implements the same functions over a JSON-able device description, so the tolerant query
-code (``GpuProbe``) is the same code in tests and in the agent (STYLE.md habit 9, after nvitop's
+code (``GpuProbe``) is the same code in tests and in the agent (one tolerant hardware path, after nvitop's
 ``libnvml.nvmlQuery``: lazy init, an explicit default, log once).
 
-Rules (shared/formats/vllm-and-nvml.md, "NVML from Python"):
+Rules (docs/formats/vllm-and-nvml.md, "NVML from Python"):
 - ``nvmlInit`` raising ``NVMLError_LibraryNotFound`` or ``NVMLError_DriverNotLoaded`` means "no NVIDIA GPU":
   the report is ``gpus: []`` plus the reason, never an error. Init is retried at most every
   ``GpuProbe.retry_init_s`` seconds (a driver can be loaded later).
@@ -99,7 +99,7 @@ def _text(value: str | bytes) -> str:
 
 
 class GpuProbe:
-    """Samples every GPU through an ``NvmlLib`` without ever raising (habit 9).
+    """Samples every GPU through an ``NvmlLib`` without ever raising.
 
     Args:
         lib: the NVML implementation; None loads ``pynvml`` lazily on the first sample (a missing module is

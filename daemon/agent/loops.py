@@ -1,7 +1,7 @@
 """The agent's background loops and the state they keep for the handlers to read.
 
-Answers come from this state; a request never waits on a network probe or NVML (DESIGN.md "The agent's
-socket"). Blocking work (NVML, resolving the profile's key sources) runs in worker threads through
+Answers come from this state; a request never waits on a network probe or NVML (docs/design.md
+"The agent's socket"). Blocking work (NVML, resolving the profile's key sources) runs in worker threads through
 ``asyncio.to_thread`` and only replaces what the handlers read: whole objects, swapped in one assignment.
 
 Loops:
@@ -327,7 +327,7 @@ class Keeper:
         self.tools = read_tools(path) if sig is not None else ToolsBody(tools={}, note=NO_SYNC_STATE)
         self.tools_generation += 1
 
-    # ---- routing (issue 13)
+    # ---- routing (primary / fallback: docs/design.md "Routing")
 
     async def _routing_loop(self) -> None:
         """Feed the fallback judge every ``TICK_S``; probe the primary when the router asks (at least every 1 s)."""

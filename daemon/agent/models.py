@@ -296,7 +296,7 @@ class VllmPending(VllmBody, _Pending):
 
 
 class Routing(Body):
-    """Where tools that use the primary channel are routed (issue 13; ``conduit.daemon.config.routing``)."""
+    """Where tools that use the primary channel are routed (``conduit.daemon.config.routing``)."""
 
     active: str = Field(description="primary or fallback")
     since: float | None = Field(description="Unix time of the last switch, seconds; null before any")

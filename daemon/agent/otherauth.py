@@ -1,4 +1,4 @@
-"""After a 401/403 from a gateway: the same probe once in the other auth header style (issue 12).
+"""After a 401/403 from a gateway: the same probe once in the other auth header style.
 
 A gateway that wants ``x-api-key`` often answers 401 to ``Authorization: Bearer`` (and the other way round);
 when the other style answers 2xx, the probe's message and hint name it (``set auth = "x-api-key" in

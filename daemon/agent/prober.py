@@ -30,7 +30,6 @@ import enum
 import random
 import socket
 import ssl
-import statistics
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -43,13 +42,14 @@ import httpx
 from conduit.adapters.base import Root
 from conduit.daemon.agent.otherauth import other_style, retry_status, works_as
 from conduit.daemon.catalog.models import remember as remember_models
+from conduit.daemon.config.gateway import auth_headers
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
 from conduit.redact import fingerprint
+from conduit.units import percentile
 
 AUTH_HINT = "the key was refused; check for whitespace or a revoked key"
-ANTHROPIC_VERSION = "2023-06-01"
 
 
 class Verdict(enum.StrEnum):
@@ -106,15 +106,8 @@ class ProbeTarget:
 
     def headers(self) -> dict[str, str]:
         """Request headers: the auth header in the channel's style, plus anthropic-version for Anthropic."""
-        h = {"accept": "application/json", "user-agent": "conduit-agent"}
-        if self.protocol == "anthropic":
-            h["anthropic-version"] = ANTHROPIC_VERSION
-        if self.key:
-            if self.auth == "x-api-key":
-                h["x-api-key"] = self.key
-            else:
-                h["authorization"] = f"Bearer {self.key}"
-        return h
+        return {"accept": "application/json", "user-agent": "conduit-agent",
+                **auth_headers(self.protocol, self.key, self.auth)}
 
 
 @dataclass(frozen=True)
@@ -312,12 +305,11 @@ class ChannelHealth:
 
     def to_json(self) -> dict[str, Any]:
         """``{"protocol", "url", "verdict", "healthy", "latency_ms": {"last","p50","p95","samples"}, ...}``."""
-        lat = sorted(self.latencies)
+        lat = list(self.latencies)
 
-        def pct(p: float) -> float | None:
-            if not lat:
-                return None
-            return round(lat[min(len(lat) - 1, int(round(p * (len(lat) - 1))))], 2)
+        def pct(q: float) -> float | None:  # conduit.units.percentile, as conduit bench's
+            value = percentile(lat, q)
+            return round(value, 2) if value is not None else None
 
         last = self.last
         return {
@@ -333,7 +325,7 @@ class ChannelHealth:
             "phase": last.phase if last else None,
             "working_base": last.working_base if last else None,
             "latency_ms": {"last": round(last.latency_ms, 2) if last and last.status is not None else None,
-                           "p50": round(statistics.median(lat), 2) if lat else None, "p95": pct(0.95),
+                           "p50": pct(50), "p95": pct(95),
                            "samples": len(lat)},
             "consecutive_failures": self.consecutive_failures,
             "last_success_at": self.last_success_at,

@@ -1,4 +1,4 @@
-"""The agent's judge of the primary channel, and the decision it writes for the sync daemon (issue 13).
+"""The agent's judge of the primary channel, and the decision it writes for the sync daemon.
 
 Evidence (``assess``), from what the agent already keeps:
     unhealthy   the primary is the supervised vLLM's ``local`` channel and vLLM is not ``ready`` (``failed``,

@@ -1,6 +1,6 @@
 """The conduit agent: HTTP/1.1 + JSON on a Unix socket, answered from state kept by background loops.
 
-One concurrency model (STYLE.md habit 13): asyncio. The server is aiohttp's (no hand-written HTTP parsing);
+One concurrency model: asyncio. The server is aiohttp's (no hand-written HTTP parsing);
 the state it answers from is kept by ``conduit.daemon.agent.loops.Keeper``, so a slow gateway or a stuck
 NVML call never delays an answer. The socket is claimed by ``conduit.daemon.agent.unixsocket.claim_socket``
 (directory 0700, socket 0600, a lock against a second agent, a crashed agent's socket replaced), and every

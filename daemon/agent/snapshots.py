@@ -1,4 +1,4 @@
-"""The typed snapshots the agent's GPU and host sampling produce (STYLE.md habit 9): units in the field names
+"""The typed snapshots the agent's GPU and host sampling produce: units in the field names
 (``free_bytes``), ``None`` plus a reason for what NVML refused, and each field's ``nvidia-smi`` twin in its
 docstring. ``conduit.daemon.agent.gpu`` fills them (and re-exports them).
 """

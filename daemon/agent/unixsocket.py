@@ -1,6 +1,6 @@
 """Claiming the agent's Unix socket: the directory, the lock, a stale socket, the listening socket, peer uids.
 
-DESIGN.md "The agent's socket": the directory is 0700 when conduit creates it (or when it is conduit's
+docs/design.md "The agent's socket": the directory is 0700 when conduit creates it (or when it is conduit's
 runtime dir), the socket 0600, and each request's peer uid is checked with ``SO_PEERCRED`` (``peer_uid``;
 the check itself is the server's middleware). A lock file next to the socket (``agent.sock.lock``, holding
 the pid) makes a second agent refuse to start; a socket left by a crashed agent (nobody holds the lock,

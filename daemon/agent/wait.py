@@ -1,7 +1,7 @@
 """What ``conduit wait`` waits for, and the waiting: conditions checked against ``/v1/status`` bodies.
 
-DESIGN.md's third everyday use: a script asks "is there 20 GiB free and is the gateway healthy?" before it
-starts. The answer is an exit code, pg_isready style: 0 ready, 1 not ready (timeout reached), 2 agent
+The third everyday use (docs/design.md): a script asks "is there 20 GiB free and is the gateway healthy?"
+before it starts. The answer is an exit code, pg_isready style: 0 ready, 1 not ready (timeout reached), 2 agent
 unreachable, 3 bad arguments (``BadArguments``: a GPU or channel the agent does not know).
 
 Only the standard library and the kernel are imported: every ``conduit`` command imports the CLI module

@@ -11,7 +11,7 @@ cumulative times are rescaled so that the last request is sent at ``n / rate`` (
 1-2 % drift of a sum of random gaps), and ``rate = inf`` sends everything at once. ``max_concurrency`` caps the
 requests in flight with a semaphore (vLLM's ``--max-concurrency``); time spent waiting on it is recorded.
 
-One concurrency model (STYLE.md habit 13): asyncio tasks in one ``TaskGroup``.
+One concurrency model (the agent's too): asyncio tasks in one ``TaskGroup``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ client's own CPU, decide whether a level's numbers can carry advice.
 
 vLLM exposes Prometheus histograms ``vllm:time_to_first_token_seconds`` and ``vllm:inter_token_latency_seconds``
 (``vllm:time_per_output_token_seconds`` in older releases) and the counter ``vllm:generation_tokens``
-(``shared/formats/vllm-and-nvml.md``; parsed by ``conduit.daemon.vllm.metrics``). The difference of two
+(``docs/formats/vllm-and-nvml.md``; parsed by ``conduit.daemon.vllm.metrics``). The difference of two
 scrapes around a level covers that level's requests (and any other traffic). A level is *marked* when:
 
 - bursts: the client's mean TPOT is under half the server's mean ITL (and that ITL is at least 0.5 ms): the

@@ -24,10 +24,10 @@ from typing import Any
 
 from conduit.adapters.base import AuthStyle, Protocol_
 from conduit.daemon.bench.stats import RequestResult
+from conduit.daemon.config.gateway import auth_headers
 from conduit.errors import ConduitError
 from conduit.redact import fingerprint
 
-ANTHROPIC_VERSION = "2023-06-01"
 _VERSION_TAIL = re.compile(r"/v[0-9]+$")
 
 
@@ -91,15 +91,8 @@ class Endpoint:
 
     def headers(self) -> dict[str, str]:
         """Request headers, key included (never log them)."""
-        h = {"content-type": "application/json", "accept": "text/event-stream"}
-        if self.protocol == "anthropic":
-            h["anthropic-version"] = ANTHROPIC_VERSION
-        if self.key:
-            if self.auth_style == "x-api-key":
-                h["x-api-key"] = self.key
-            else:
-                h["authorization"] = f"Bearer {self.key}"
-        return h
+        return {"content-type": "application/json", "accept": "text/event-stream",
+                **auth_headers(self.protocol, self.key, self.auth_style)}
 
 
 def request_body(protocol: Protocol_, model: str, prompt: str, max_tokens: int, *,

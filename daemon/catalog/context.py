@@ -134,7 +134,7 @@ def refresh_stale(resolver: Resolver, tools: Iterable[str], *, max_age_s: float,
     profile = resolver.profile
     names = dict.fromkeys(resolver.tool_channel_name(t) for t in tools
                           if t in profile.model.tools and profile.model.tools[t].enabled
-                          and getattr(ADAPTERS.get(t), "writes_context", False))
+                          and t in ADAPTERS and ADAPTERS[t].writes_context)
     problems = []
     for name in names:
         roots = profile.roots.get(name)

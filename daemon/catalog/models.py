@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from conduit.adapters.base import Root
 from conduit.daemon.config import paths
+from conduit.daemon.config.gateway import auth_headers
 from conduit.daemon.config.resolve import ResolvedChannel
 from conduit.errors import ConduitError
 from conduit.fileio import atomic_write, make_private_dirs, read_regular_file
@@ -144,16 +145,10 @@ def parse_models(body: Any) -> list[ModelInfo]:
 
 
 def _headers(channel: ResolvedChannel) -> dict[str, str]:
-    """Auth as the channel wants it: ``Authorization: Bearer`` or ``x-api-key`` (+ ``anthropic-version``)."""
-    headers = {"accept": "application/json"}
-    if channel.key:
-        if channel.auth == "x-api-key":
-            headers["x-api-key"] = channel.key
-        else:
-            headers["authorization"] = f"Bearer {channel.key}"
-    if "openai" not in channel.roots:
-        headers["anthropic-version"] = "2023-06-01"
-    return headers
+    """Auth as the channel wants it: ``Authorization: Bearer`` or ``x-api-key`` (+ ``anthropic-version`` for a
+    channel without an OpenAI root)."""
+    return {"accept": "application/json",
+            **auth_headers("openai" if "openai" in channel.roots else "anthropic", channel.key, channel.auth)}
 
 
 def _get_once(url: str, headers: dict[str, str], timeout_s: float, deadline: float) -> bytes:

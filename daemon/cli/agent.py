@@ -4,7 +4,8 @@ The work is elsewhere: the agent in ``conduit.daemon.agent.server``, the waiting
 ``conduit.daemon.agent.wait``, sizes and durations in ``conduit.units`` (a size needs a unit:
 ``--vram-free 20GiB``, or ``1500000000B`` for bytes).
 
-Exit codes (DESIGN.md, pg_isready style): 0 ready, 1 not ready (timeout), 2 agent unreachable, 3 bad arguments.
+Exit codes (docs/design.md, pg_isready style): 0 ready, 1 not ready (timeout), 2 agent unreachable,
+3 bad arguments.
 
 Import cost matters here: ``conduit status --json`` and ``conduit wait`` run in loops, so this module
 imports only typer (already loaded by the CLI) and two standard-library-only modules (``conduit.units``,
@@ -35,7 +36,7 @@ commands = typer.Typer()  # this module's commands; the root app loads them lazi
 
 def routing_line(routing: Any) -> str | None:
     """``routing: fallback since 14:02:11 (why)`` (rich markup) from ``/v1/status``'s ``routing``, or None without
-    one (issue 13: where the tools on the primary channel are routed now)."""
+    one (where the tools on the primary channel are routed now)."""
     from rich.markup import escape as esc
 
     if not isinstance(routing, dict):
@@ -98,7 +99,7 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         console.print(f"host memory: {format_bytes(host['available_bytes'])} available of {format_bytes(host['total_bytes'])}")
     for line in vllm_lines(status.get("vllm") or {}):
         console.print(line, markup=False, soft_wrap=True, highlight=False)
-    print_cluster(console, status.get("cluster"))  # issue 14: [vllm.cluster], every node
+    print_cluster(console, status.get("cluster"))  # [vllm.cluster], every node
     tools = status.get("tools") or {}
     table = tools_table(tools.get("tools") or {})
     if table.row_count:

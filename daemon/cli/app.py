@@ -6,7 +6,7 @@ it); ``conduit.daemon.cli.commands.COMMANDS`` names the module and the help line
 ``conduit --help`` lists them from that table without importing any of them, and ``conduit sync`` imports only
 ``conduit.daemon.cli.sync`` (so not the bench, agent, vLLM or planner code, and not httpx or aiohttp). Imports
 go one way: main -> app -> commands (a table); a command module imports ``state`` from here. The work is done
-in plain functions that tests call directly (STYLE.md habit 11). Exit codes (DESIGN.md): 0 ok/ready, 1 not ready
+in plain functions that tests call directly (a thin CLI). Exit codes (docs/design.md): 0 ok/ready, 1 not ready
 or failed, 2 agent unreachable, 3 bad arguments.
 """
 

@@ -1,7 +1,7 @@
 """The ``conduit`` command line: runs the app (whose root group imports a command's module only when it
 runs: ``conduit.daemon.cli.app``), maps errors to exit codes.
 
-Exit codes (DESIGN.md): 0 ok/ready, 1 not ready or failed, 2 agent unreachable, 3 bad arguments. No
+Exit codes (docs/design.md): 0 ok/ready, 1 not ready or failed, 2 agent unreachable, 3 bad arguments. No
 traceback reaches a person unless ``CONDUIT_DEBUG`` is set.
 
 Every error text goes through the config layer's process-wide ``REDACTOR``

@@ -1,4 +1,4 @@
-"""Real-format files of each tool (shared/formats/*.md), for ``conduit demo`` and the test suite.
+"""Real-format files of each tool (docs/formats/*.md), for ``conduit demo`` and the test suite.
 
 Every builder writes under a given HOME exactly where the tool itself keeps the file. The CC Switch schema is
 written here from its format notes (schema 17), never copied from the app.

@@ -2,7 +2,7 @@
 
 ``start``/``stop``/``restart`` ask the agent (``POST /v1/vllm/{action}`` through
 ``conduit.daemon.agent.client.AgentClient``), which supervises the vLLM of the profile's ``[vllm]`` table. Exit codes
-(DESIGN.md): 0 done (``stop``: nothing left running; ``start``/``restart``: launched, or ready with ``--wait``),
+(docs/design.md): 0 done (``stop``: nothing left running; ``start``/``restart``: launched, or ready with ``--wait``),
 1 refused or failed (no ``[vllm]`` table, a diagnosed start-up failure, still not ready at ``--timeout``),
 2 agent unreachable, 3 bad arguments. ``run`` supervises vLLM in the foreground without the agent until Ctrl-C
 (then stops it), printing each state change. ``logs`` prints the end of the current launch's log.

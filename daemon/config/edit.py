@@ -101,7 +101,7 @@ def set_vllm_keys(path: str | Path | None, changes: Mapping[str, Any]) -> tuple[
     table = doc.get("vllm")
     if not isinstance(table, dict):
         raise ProfileError(f"{loaded.path}: the profile has no [vllm] table",
-                           "add one for the local vLLM the agent supervises (see the README's [vllm] keys)")
+                           "add one for the local vLLM the agent supervises (see docs/reference/vllm.md)")
     previous: dict[str, Any] = {}
     for key, value in changes.items():
         previous[key] = copy.deepcopy(table.item(key)) if key in table else None  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """The profile's ``[fallback]`` table: where tools go while the primary channel is unhealthy.
 
-Shape (issue 13)::
+Shape (docs/design.md "Routing")::
 
     channel = "local"                    # the primary
     model = "qwen"

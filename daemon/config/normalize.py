@@ -5,14 +5,14 @@ to what the person typed, in words, for the caller to show once (prefixed with t
 Errors are conduit's own (``ProfileError`` for URLs, ``KeyError_`` for keys) and never quote a key, nor the
 credentials of a URL.
 
-Base URLs (DESIGN.md "Base URLs"; shared/formats/claude-code.md and cline.md, "URL building")::
+Base URLs (docs/design.md "Base URLs"; docs/formats/claude-code.md and cline.md, "URL building")::
 
     "  HTTPS://GW.example/api//v1/chat/completions/?utm_source=x "
       -> Root(url="https://gw.example/api", version="v1")
       Anthropic SDK clients get root.anthropic_base()  -> https://gw.example/api     (+ /v1/messages)
       OpenAI SDK clients get    root.openai_base()     -> https://gw.example/api/v1  (+ /chat/completions)
 
-Keys (DESIGN.md "Keys"): surrounding whitespace, CR/LF, BOM, zero-width characters, one pair of surrounding
+Keys (docs/design.md "Keys"): surrounding whitespace, CR/LF, BOM, zero-width characters, one pair of surrounding
 quotes and a pasted ``Bearer `` prefix are removed; anything else outside printable ASCII (0x21..0x7E, what an
 HTTP header value may carry as a token) is refused with its position and code point.
 """

@@ -1,7 +1,7 @@
 """Where conduit keeps its own files (platformdirs; XDG on Linux).
 
 Every path is computed on each call from the current environment, so a test that sets ``HOME`` (and clears
-the ``XDG_*`` variables) redirects all of conduit at once (STYLE.md habit 11).
+the ``XDG_*`` variables) redirects all of conduit at once.
 
 | what | default on Linux | override |
 |---|---|---|

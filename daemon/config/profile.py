@@ -1,6 +1,6 @@
 """The profile: the one file a person edits (``~/.config/conduit/profile.toml``).
 
-Shape (DESIGN.md, "The minimal profile"; every version of conduit accepts that file as written)::
+Shape (docs/design.md, "The minimal profile"; every version of conduit accepts that file as written)::
 
     version = 1
     channel = "taotoken"                 # the channel every tool uses
@@ -19,7 +19,7 @@ Shape (DESIGN.md, "The minimal profile"; every version of conduit accepts that f
     [tools.cline]
     # enabled = false; channel = "..."; model = "..."; small_model = "..."; plus the tool's own options
 
-    [vllm]                               # optional: a local vLLM the agent supervises (README: "A local vLLM")
+    [vllm]                               # optional: a local vLLM the agent supervises (docs/vllm.md)
     model = "/models/qwen2.5-7b-instruct"
 
 A ``[vllm]`` table is validated into ``conduit.daemon.config.vllm.VllmSettings`` at load time (exposed as
@@ -80,7 +80,8 @@ class Channel(BaseModel):
     """A gateway: where requests go and how they authenticate.
 
     Attributes:
-        base_url: the gateway root as its docs give it (``https://taotoken.net/api``); normalized per DESIGN.md.
+        base_url: the gateway root as its docs give it (``https://taotoken.net/api``); normalized
+            per docs/design.md "Base URLs".
         base_urls: per-protocol roots for gateways that serve each protocol under its own path
             (``{anthropic = "https://api.deepseek.com/anthropic"}``); a protocol not listed uses ``base_url``.
         protocols: the wire APIs the gateway speaks.
@@ -132,7 +133,15 @@ class ToolConfig(BaseModel):
 
 class Profile(BaseModel):
     """The whole profile. ``version`` is 1 (the integer: ``true`` is refused); a future format bumps it and keeps
-    reading 1."""
+    reading 1.
+
+    Attributes:
+        version: the profile format: 1
+        channel: the channel every tool uses (a ``[channels.<name>]``, or ``local`` with a ``[vllm]`` table)
+        model: the model every tool uses, as the gateway names it
+        small_model: the background model (Claude Code's haiku slot, OpenCode's ``small_model``, Aider's weak model)
+        on_drift: the sync daemon's policy when a tool changes a key conduit owns: report it, or write it back
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -384,15 +393,15 @@ def _vllm_error(exc: ValidationError, loaded: LoadedProfile) -> ProfileError:
                                               "cluster": ClusterSettings}
         model = nested.get(str(loc[0]) if len(loc) > 1 else "", VllmSettings)
         return ProfileError(f"{where}: unknown key `{keypath}`", did_you_mean(str(loc[-1]), model.model_fields))
-    if loc and loc[0] == "cluster":  # [vllm.cluster]: the message names the fix; the README has the table
+    if loc and loc[0] == "cluster":  # [vllm.cluster]: the message names the fix; docs/deployment.md has the table
         what = " is required" if err["type"] == "missing" else ": " + str(err["msg"]).removeprefix("Value error, ")
-        return ProfileError(f"{where}: `{keypath}`{what}", "see [vllm.cluster] in the README's "
-                            "\"More GPUs, more machines\" (role, head_address, nodes)")
+        return ProfileError(f"{where}: `{keypath}`{what}", "see [vllm.cluster] in docs/deployment.md "
+                            "(role, head_address, nodes)")
     if err["type"] == "missing":
         return ProfileError(f"{where}: `{keypath}` is required",
                             'a [vllm] table needs at least model = "/path/to/model" (or a hub name)')
     msg = str(err["msg"]).removeprefix("Value error, ")
-    return ProfileError(f"{where}: `{keypath}`: {msg}", "see '[vllm] keys' in the README")
+    return ProfileError(f"{where}: `{keypath}`: {msg}", "see the [vllm] keys in docs/reference/vllm.md")
 
 
 def _check_references(loaded: LoadedProfile) -> None:

@@ -7,8 +7,8 @@ literal ``[vllm].api_key`` when the profile is loaded), which masks what the CLI
 The implicit ``local`` channel of a ``[vllm]`` table (``conduit.daemon.config.profile``) resolves like any other; when
 ``[vllm].api_key`` is written as the key itself (not a key source), that value is the channel's key.
 
-Routing (issue 13): while the agent's decision (``conduit.daemon.config.routing``, read once per Resolver unless one
-is passed) says ``fallback`` for this profile, a tool whose channel is the primary, whose ``[tools.X] fallback`` is
+Routing (docs/design.md "Routing"): while the agent's decision (``conduit.daemon.config.routing``, read once
+per Resolver unless one is passed) says ``fallback`` for this profile, a tool whose channel is the primary, whose ``[tools.X] fallback`` is
 not false and whose protocol the fallback channel speaks is resolved to the ``[fallback]`` channel, model and
 small model (``Resolver.fallback_route``); every other tool is resolved as the profile says.
 """
@@ -151,7 +151,7 @@ class Resolver:
             model=route.model if route is not None else cfg.model or prof.model,
             small_model=route.small_model if route is not None else cfg.small_model or prof.small_model,
             timeout_s=ch.timeout_s,
-            options=cfg.options(),
+            options=adapter.Options.model_validate(cfg.options()),  # checked at load: tool_problems
         )
 
 

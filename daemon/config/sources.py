@@ -1,6 +1,6 @@
 """Key sources: where a channel's key lives, and reading it from there.
 
-A channel names its source in the profile (DESIGN.md "Keys")::
+A channel names its source in the profile (docs/design.md "Keys")::
 
     key = { file = "~/.config/conduit/keys/taotoken" }   # one line; a trailing newline is fine
     key = { env = "TAOTOKEN_API_KEY" }                   # the daemon's environment, not your shell's

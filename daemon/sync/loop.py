@@ -5,7 +5,7 @@ so two syncs never overlap. Nothing polls: an idle daemon sleeps in ``queue.get(
 systemd's watchdog (``WatchdogSec=``) the wait has a timeout of the ping interval and every step of the loop
 reports progress (``conduit.daemon.sync.progress``): a loop that is stuck stops pinging and gets restarted.
 
-Leading edge, then coalescing (issue 15): the first event of a burst is handled at once, with whatever else
+Leading edge, then coalescing: the first event of a burst is handled at once, with whatever else
 is already queued; events that arrive while a batch is handled wait in the queue and become exactly one more
 batch after it. So one save costs one sync, and a burst ends in exactly the last state: any event that arrives
 after a sync started reading the profile brings one more read. A profile that does not parse may be a save in

@@ -1,6 +1,6 @@
 """doctor's "will this tool really use conduit's settings": turn each adapter's blockers into the tool's state.
 
-The files matching the profile is not enough (issue 16 item 5): a source that outranks or bypasses conduit
+The files matching the profile is not enough: a source that outranks or bypasses conduit
 (``overridden``), a folder Gemini CLI does not trust (``untrusted``) or a setting the installed version refuses
 (``refused``) means the tool will not do what the profile says. ``apply_blockers`` asks the adapter's
 ``outranks(settings, env)`` (``conduit.adapters.declarations``) and, for a tool whose files are in sync, drifted or

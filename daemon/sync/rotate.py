@@ -1,6 +1,6 @@
 """``conduit key rotate CHANNEL``: check a new key, store it where the channel's key source lives, propagate it.
 
-Steps (issue 3, "Key rotation"):
+Steps (the second everyday use of docs/design.md: rotate a key in one place):
 
 1. The new key comes from stdin (never argv) and is cleaned (``clean_key``).
 2. It is checked with ``GET <root>/v1/models`` (the channel's OpenAI root with its version segment, or the
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from conduit.daemon.config.gateway import auth_headers
 from conduit.daemon.config.normalize import clean_key
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.redaction import REDACTOR
@@ -70,18 +71,13 @@ class KeyCheck:
 def models_request(profile: LoadedProfile, channel: str, key: str) -> tuple[str, dict[str, str]]:
     """The URL and headers of the key check for ``channel``: the OpenAI root's ``/<version>/models`` when the
     channel speaks OpenAI, else the Anthropic root + ``/v1/models`` (Anthropic's models list); the key goes in
-    ``Authorization: Bearer`` or, for ``auth = "x-api-key"``, ``x-api-key`` (plus ``anthropic-version``)."""
+    ``Authorization: Bearer`` or, for ``auth = "x-api-key"``, ``x-api-key``; the Anthropic models list also gets
+    ``anthropic-version``."""
     ch = profile.model.channels[channel]
     roots = profile.roots[channel]
     if "openai" in roots:
-        url = roots["openai"].openai_base() + "/models"
-    else:
-        url = roots["anthropic"].anthropic_base() + "/v1/models"
-    if ch.auth == "x-api-key":
-        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
-    else:
-        headers = {"Authorization": f"Bearer {key}"}
-    return url, headers
+        return roots["openai"].openai_base() + "/models", auth_headers("openai", key, ch.auth)
+    return roots["anthropic"].anthropic_base() + "/v1/models", auth_headers("anthropic", key, ch.auth)
 
 
 def check_key(profile: LoadedProfile, channel: str, key: str, *, timeout_s: float = CHECK_TIMEOUT_S,

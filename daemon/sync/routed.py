@@ -1,4 +1,4 @@
-"""The sync daemon's side of the routing file (issue 13): when a new decision means a sync, and the switch's log.
+"""The sync daemon's side of the routing file: when a new decision means a sync, and the switch's log.
 
 The agent writes ``routing.json`` (``conduit.daemon.config.routing``); the daemon watches it with the profile. A
 change whose *effect* on the profile in force differs from the one last applied (``route_key``) costs one full

@@ -1,6 +1,6 @@
 """File watching for the sync daemon: watchdog (inotify on Linux) on the *directories* of the files that matter.
 
-Watching a directory, not the file, is what makes every way of saving work (DESIGN.md, issue 3):
+Watching a directory, not the file, is what makes every way of saving work:
 
 - vim (``backupcopy=no``) and JetBrains rename the old file away and write a new one: the watch on the old
   inode would go silent, the directory watch sees ``moved``/``created``;
@@ -83,9 +83,9 @@ class Watcher:
             every write-side event naming it (as source or destination of a rename), or naming a missing
             directory on the way to it. Must be quick and thread-safe (the daemon puts it on a queue).
 
-    Threads and locks (issue 11: a lock held across a call into watchdog deadlocked the daemon): watchdog's
-    dispatcher thread holds the observer's lock while it calls our handler, and ``schedule``/``unschedule``
-    take that same lock. So no lock of ours is ever held across a call into watchdog, and the handler takes
+    Threads and locks (a lock held across a call into watchdog once deadlocked the daemon; docs/cases.md C21):
+    watchdog's dispatcher thread holds the observer's lock while it calls our handler, and
+    ``schedule``/``unschedule`` take that same lock. So no lock of ours is ever held across a call into watchdog, and the handler takes
     no lock at all: it reads one immutable ``_View`` that ``watch`` replaces in a single store. ``watch``,
     ``start``, ``stop`` and ``directories`` are called from one thread only (the daemon's loop thread).
 

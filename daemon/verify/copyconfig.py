@@ -1,15 +1,15 @@
 """The temporary HOME of ``conduit verify``: the user's tool files copied in, then conduit's config written there.
 
 A user's path maps into the temporary HOME ``T`` by the longest matching root: each tool-directory variable the
-user exported (``CODEX_HOME``, ``CLAUDE_CONFIG_DIR``, ``XDG_CONFIG_HOME``...) maps to its default place under
-``T`` and is exported with that value for the run; ``$HOME`` maps to ``T``. A path under no root (a system
+user exported (the XDG ones here, and every adapter's ``tool_dirs``: ``CODEX_HOME``, ``CLAUDE_CONFIG_DIR``...) maps
+to its default place under ``T`` and is exported with that value for the run; ``$HOME`` maps to ``T``. A path under no root (a system
 file such as ``/etc/claude-code/managed-settings.json``) is not copied: the tool reads it where it is, as it
 would. Only regular files are copied (symlinks followed, contents only), each at most ``MAX_FILE_BYTES``, the
 whole copy at most ``MAX_TOTAL_BYTES``; directories skip caches, logs and session histories.
 
-Which files a tool reads comes from its adapter (the targets ``Adapter.plan`` returns for the user's HOME) and
-from ``TOOL_FILES`` below (the tool's other files that decide what it sends: credentials, trust lists, the
-files an adapter only reads).
+Which files a tool reads comes from its adapter: the targets ``Adapter.plan`` returns for the user's HOME, and
+``Adapter.verify_files`` (the tool's other files that decide what it sends: credentials, trust lists, the files an
+adapter only reads).
 
 Errors: ``OSError`` from copying becomes ``ToolFileError`` naming the file.
 """
@@ -19,17 +19,11 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-from conduit.adapters.aider import conf_path
 from conduit.adapters.base import Env, SqliteTarget, Target, TextTarget
-from conduit.adapters.claude_code import ClaudeCode
-from conduit.adapters.cline import data_dir, providers_path
-from conduit.adapters.codex import codex_home
-from conduit.adapters.continue_dev import continue_dir
-from conduit.adapters.gemini import gemini_dir
-from conduit.adapters.opencode import config_dir
+from conduit.adapters.registry import ADAPTERS, missing_declarations
 from conduit.errors import ToolFileError
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -37,44 +31,31 @@ MAX_TOTAL_BYTES = 64 * 1024 * 1024
 SKIP_DIRS = frozenset({"node_modules", ".git", "cache", "caches", "log", "logs", "tmp", "projects", "sessions",
                        "history", "todos", "shell-snapshots", "statsig", "file-history", "backups", "snapshot"})
 
-# Where each remapped variable points inside T (relative to T). Only variables the user exported are remapped.
-REMAP: dict[str, str] = {
+XDG_REMAP: dict[str, str] = {
     "XDG_CONFIG_HOME": ".config",
     "XDG_DATA_HOME": ".local/share",
     "XDG_STATE_HOME": ".local/state",
     "XDG_CACHE_HOME": ".cache",
-    "CLAUDE_CONFIG_DIR": ".claude",
-    "CODEX_HOME": ".codex",
-    "GEMINI_CLI_HOME": ".",
-    "CONTINUE_GLOBAL_DIR": ".continue",
-    "CLINE_DIR": ".cline",
-    "CLINE_DATA_DIR": ".cline/data",
-    "CLINE_PROVIDER_SETTINGS_PATH": ".cline/data/settings/providers.json",
 }
+"""Where each XDG variable points inside T (relative to T); the tools' own variables are their adapters'
+``tool_dirs``."""
 
 
-def _claude_files(env: Env) -> list[Path]:
-    d = ClaudeCode.settings_path(env).parent
-    state = (d if env.get("CLAUDE_CONFIG_DIR") else env.home) / ".claude.json"
-    return [d / "settings.json", d / "settings.local.json", d / ".credentials.json", d / "CLAUDE.md", state]
+def remap() -> dict[str, str]:
+    """Every remapped variable -> where it points inside T (relative; ``"."`` is T): ``XDG_REMAP``, then each
+    registered adapter's ``tool_dirs`` in registry order. Only variables the user exported are remapped."""
+    out = dict(XDG_REMAP)
+    for adapter in ADAPTERS.values():
+        if "tool_dirs" not in missing_declarations(adapter):
+            out.update(adapter.tool_dirs)
+    return out
 
 
-def _gemini_files(env: Env) -> list[Path]:
-    d = gemini_dir(env)
-    return [d / n for n in (".env", "settings.json", "trustedFolders.json", "GEMINI.md")] + [d.parent / ".env"]
-
-
-TOOL_FILES: dict[str, Callable[[Env], list[Path]]] = {
-    "aider": lambda env: [conf_path(env), env.home / ".env", env.home / ".aider.model.settings.yml",
-                          env.home / ".aider.model.metadata.json"],
-    "claude_code": _claude_files,
-    "cline": lambda env: [data_dir(env) / "globalState.json", data_dir(env) / "secrets.json", providers_path(env)],
-    "codex": lambda env: [codex_home(env) / n for n in ("config.toml", ".env", "auth.json", "AGENTS.md")],
-    "continue": lambda env: [continue_dir(env)],
-    "gemini": _gemini_files,
-    "opencode": lambda env: [config_dir(env), env.home / ".local/share/opencode/auth.json"],
-}
-"""Per tool: the files (or directories, copied with the bounds above) that decide what the tool sends."""
+def tool_files(tool: str, env: Env) -> list[Path]:
+    """``tool``'s ``verify_files`` for ``env`` (files, or directories copied with the bounds above); ``[]`` for a
+    tool that lacks the declaration."""
+    adapter = ADAPTERS[tool]
+    return [] if "verify_files" in missing_declarations(adapter) else adapter.verify_files(env)
 
 
 class TempHome:
@@ -85,7 +66,7 @@ class TempHome:
         user: the user's environment (``Env``: HOME, the tool-directory variables, the working directory).
 
     Attributes:
-        env: the environment for the temporary HOME: ``HOME`` = root, each exported ``REMAP`` variable moved
+        env: the environment for the temporary HOME: ``HOME`` = root, each exported ``remap()`` variable moved
             under root, same working directory. ``env.environ`` is what the tool runs with (before opt-outs).
         copied: the user paths copied so far (for reports), in order.
     """
@@ -95,7 +76,7 @@ class TempHome:
         self.user = user
         environ = dict(user.environ, HOME=str(root))
         self._roots: list[tuple[Path, Path]] = []
-        for var, rel in REMAP.items():
+        for var, rel in remap().items():
             value = user.get(var)
             if value:
                 target = root if rel == "." else root / rel
@@ -118,14 +99,13 @@ class TempHome:
         return None
 
     def copy_tool(self, tool: str, targets: list[Target]) -> None:
-        """Copy ``tool``'s files (its adapter's ``targets`` for the user's HOME and ``TOOL_FILES``) into root.
+        """Copy ``tool``'s files (its adapter's ``targets`` for the user's HOME and ``verify_files``) into root.
 
         Raises:
             ToolFileError: a file exists but cannot be read, or the copy passes ``MAX_TOTAL_BYTES``.
         """
         paths = [t.path for t in targets if isinstance(t, TextTarget | SqliteTarget)]
-        listing = TOOL_FILES.get(tool)
-        paths += listing(self.user) if listing else []
+        paths += tool_files(tool, self.user)
         for path in dict.fromkeys(paths):
             self.copy(path)
 
@@ -181,4 +161,4 @@ def run_environ(home: TempHome, extra: Mapping[str, str]) -> dict[str, str]:
     return {**home.env.environ, **extra}
 
 
-__all__ = ["MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "REMAP", "TOOL_FILES", "TempHome", "run_environ"]
+__all__ = ["MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "XDG_REMAP", "TempHome", "remap", "run_environ", "tool_files"]

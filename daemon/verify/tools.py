@@ -1,26 +1,14 @@
 """Each tool's one-shot, non-interactive command: how to find it, ask its version, and run it once.
 
 The real-tool test tier (``tests/realtools/``) and ``conduit verify`` run a tool through these specs against a
-loopback gateway. Facts from ``shared/formats/real-tools.md`` (observed with the versions named there), each
-checked again against the installed package:
+loopback gateway. Each comes from the adapter's ``one_shot`` declaration (``conduit.adapters.declarations.OneShot``:
+binaries, the arguments around the prompt, ``--version`` arguments, the tool's own opt-outs, a timeout and the exit
+codes meaning "folder not trusted"); facts observed with the versions in docs/formats/real-tools.md. A tool without a
+command line (CC Switch) declares ``one_shot = None`` and has no entry here.
 
-=========== ============ ============================================== ==========================================
-tool        binary       one-shot command                               ``--version`` prints
-=========== ============ ============================================== ==========================================
-claude_code ``claude``   ``claude -p PROMPT``                           ``2.1.197 (Claude Code)``
-codex       ``codex``    ``codex exec --skip-git-repo-check PROMPT``    ``codex-cli 0.171.0``
-gemini      ``gemini``   ``gemini -p PROMPT`` (trusted folder only)     ``0.61.0``
-opencode    ``opencode`` ``opencode run PROMPT``                        ``1.18.33``
-continue    ``cn``       ``cn -p PROMPT``                               ``1.5.47``
-cline       ``cline``    ``cline PROMPT`` (act mode, auto-approve)      ``3.0.65`` (a line holding it)
-aider       ``aider``    ``aider --message PROMPT --yes-always --no-git`` ``aider 0.86.2``
-=========== ============ ============================================== ==========================================
-
-CC Switch is a desktop application with no command line: it has no entry here.
-
-``extra_env`` holds the tool's own documented opt-outs of update checks and telemetry (sources in comments);
-the opt-outs every tool gets (``DO_NOT_TRACK`` ...) are the runner's ``OPT_OUT_ENV``. None of them changes
-which gateway, key or model a tool uses.
+``extra_env`` holds the tool's own documented opt-outs of update checks and telemetry (sources cited where the
+adapter declares them); the opt-outs every tool gets (``DO_NOT_TRACK`` ...) are the runner's ``OPT_OUT_ENV``. None
+of them changes which gateway, key or model a tool uses.
 """
 
 from __future__ import annotations
@@ -28,12 +16,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 
-__all__ = ["ONE_SHOTS", "OneShot", "find_binary", "parse_semver", "tool_version"]
+from conduit.adapters import declarations
+from conduit.adapters.registry import ADAPTERS, missing_declarations
+
+__all__ = ["ONE_SHOTS", "OneShot", "find_binary", "one_shot", "parse_semver", "tool_version"]
 
 _SEMVER_RE = re.compile(r"(?<![\d.])v?(\d+\.\d+\.\d+(?![\d.]\d)(?:[-+][0-9A-Za-z.-]+)?)")
 VERSION_TIMEOUT_S = 10.0
@@ -72,6 +62,7 @@ class OneShot:
         extra_env: the tool's own opt-outs (update checks, telemetry), added to the run's environment.
         timeout_s: bound on one one-shot run, seconds (start-up plus one model round trip to loopback).
         parse: ``--version`` output -> version string or None; ``parse_semver`` unless a tool needs more.
+        untrusted_exits: exit codes meaning the tool refused the folder (Gemini CLI: 41, 55).
     """
 
     tool: str
@@ -81,6 +72,7 @@ class OneShot:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 60.0
     parse: Callable[[str], str | None] = parse_semver
+    untrusted_exits: tuple[int, ...] = ()
 
     def argv(self, binary: str | Path, prompt: str) -> list[str]:
         """The one-shot command line for ``binary`` (a path or a name on PATH) and ``prompt``."""
@@ -91,23 +83,34 @@ class OneShot:
         return self.parse(text)
 
 
-ONE_SHOTS: Mapping[str, OneShot] = MappingProxyType({
-    # CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: Claude Code docs "Environment variables" (update checks,
-    # telemetry, error reports, bug command); DISABLE_AUTOUPDATER likewise.
-    "claude_code": OneShot("claude_code", ("claude",), _argv("-p"), extra_env={
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}),
-    "codex": OneShot("codex", ("codex",), _argv("exec", "--skip-git-repo-check")),
-    "gemini": OneShot("gemini", ("gemini",), _argv("-p")),
-    # OPENCODE_DISABLE_AUTOUPDATE: opencode packages/opencode/src/flag/flag.ts.
-    "opencode": OneShot("opencode", ("opencode",), _argv("run"), extra_env={"OPENCODE_DISABLE_AUTOUPDATE": "1"}),
-    "continue": OneShot("continue", ("cn",), _argv("-p")),
-    "cline": OneShot("cline", ("cline",), _argv()),
-    # AIDER_<OPTION> sets any option (aider/args.py, configargparse auto_env_var_prefix "AIDER_").
-    "aider": OneShot("aider", ("aider",), _argv("--message", after=("--yes-always", "--no-git")), extra_env={
-        "AIDER_CHECK_UPDATE": "false", "AIDER_ANALYTICS": "false", "AIDER_SHOW_RELEASE_NOTES": "false"},
-        timeout_s=90.0),
-})
-"""The one-shot spec of every tool that has a command line, by registry name (sorted as the registry)."""
+def one_shot(tool: str, decl: declarations.OneShot) -> OneShot:
+    """The spec of ``tool`` from its adapter's ``one_shot`` declaration."""
+    return OneShot(tool, decl.binaries, _argv(*decl.before, after=decl.after), decl.version_args,
+                   dict(decl.opt_outs), decl.timeout_s, untrusted_exits=decl.untrusted_exits)
+
+
+class _OneShots(Mapping[str, OneShot]):
+    """``tool -> OneShot`` for every registered adapter whose ``one_shot`` is declared and not None, in registry
+    order; read from ``ADAPTERS`` at each access, so an adapter registered by a test counts. A tool that lacks the
+    declaration (``registry.missing_declarations``) has no entry."""
+
+    def __getitem__(self, tool: str) -> OneShot:
+        adapter = ADAPTERS[tool]
+        decl = None if "one_shot" in missing_declarations(adapter) else adapter.one_shot
+        if decl is None:
+            raise KeyError(tool)
+        return one_shot(tool, decl)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([t for t, a in ADAPTERS.items()
+                     if "one_shot" not in missing_declarations(a) and a.one_shot is not None])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+ONE_SHOTS: Mapping[str, OneShot] = _OneShots()
+"""The one-shot spec of every tool that has a command line, by registry name (in registry order)."""
 
 
 def find_binary(spec: OneShot, path: str | None = None) -> Path | None:

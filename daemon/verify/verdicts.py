@@ -2,7 +2,7 @@
 
 Inputs are the canary's recorded requests (``conduit.daemon.verify.gateway.Recorded``), the names the tool asked
 DNS for, its exit code, and the user's environment and working directory, read statically for the sources that
-outrank conduit's files (each tool's competing variables and project files, ``SOURCES``). Verdicts:
+outrank conduit's files (each adapter's ``competing`` declaration, ``sources``). Verdicts:
 
 =================== ==========================================================================================
 ``ok``              a model request reached the canary under the expected path, with the profile's key and model
@@ -10,7 +10,7 @@ outrank conduit's files (each tool's competing variables and project files, ``SO
 ``wrong_key``       ... with another key (the exported variable or project file holding it, when found)
 ``wrong_path``      ... under another path (a pasted endpoint or version segment somewhere above conduit)
 ``went_elsewhere``  no request reached the canary; the tool looked up a host (the variable naming it, if any)
-``untrusted_folder`` Gemini CLI refused the folder (exit 41 or 55): its ``.env`` is not read there
+``untrusted_folder`` the tool refused the folder (its ``untrusted_exits``: Gemini CLI 41, 55)
 ``no_request``      the tool exited without any model request (its exit code and last stderr line)
 ``timeout``         the run passed ``--timeout`` without a model request
 =================== ==========================================================================================
@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from conduit.adapters.declarations import Competing
+from conduit.adapters.registry import ADAPTERS, missing_declarations
 from conduit.daemon.verify.gateway import Recorded
+from conduit.daemon.verify.tools import ONE_SHOTS
 from conduit.redact import fingerprint, redact
 
 MODEL_ROUTES = ("/messages", "/chat/completions", "/responses", "/completions", ":generateContent",
@@ -38,44 +41,20 @@ BACKGROUND_HOSTS = frozenset({
     "play.googleapis.com", "models.opencode.ai", "registry.npmjs.org", "api.continue.dev", "data.cline.bot",
     "otel.cline.bot", "pypi.org", "raw.githubusercontent.com"})
 """Hosts the tools look up besides the gateway (telemetry, update checks, model lists; none a model request:
-shared/formats/real-tools.md); a run that asked only these did not go elsewhere."""
+docs/formats/real-tools.md); a run that asked only these did not go elsewhere."""
 
 
-@dataclass(frozen=True)
-class Sources:
-    """One tool's sources that may outrank conduit's files, read statically (no tool runs for this).
-
-    Attributes:
-        model: exported variables that can set the model.
-        key: exported variables that can carry the key.
-        base: exported variables that can set the base URL.
-        files: project files (relative to the working directory) that rank above the user file conduit writes.
-    """
-
-    model: tuple[str, ...] = ()
-    key: tuple[str, ...] = ()
-    base: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()
+Sources = Competing
+"""The old name of ``conduit.adapters.declarations.Competing``."""
 
 
-_OPENAI = Sources(model=("OPENAI_MODEL",), key=("OPENAI_API_KEY",), base=("OPENAI_BASE_URL", "OPENAI_API_BASE"))
-SOURCES: dict[str, Sources] = {
-    # Claude Code: a settings.json env value beats the shell, so only project files and managed settings win.
-    "claude_code": Sources(("ANTHROPIC_MODEL",), ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY"),
-                           ("ANTHROPIC_BASE_URL",), (".claude/settings.local.json", ".claude/settings.json")),
-    "codex": Sources(_OPENAI.model, ("CONDUIT_API_KEY", *_OPENAI.key), _OPENAI.base, (".codex/config.toml",)),
-    # Gemini CLI: an exported variable outranks every .env file; a project .env hides ~/.gemini/.env.
-    "gemini": Sources(("GEMINI_MODEL",), ("GEMINI_API_KEY", "GOOGLE_API_KEY"), ("GOOGLE_GEMINI_BASE_URL",),
-                      (".gemini/.env", ".env", ".gemini/settings.json")),
-    "opencode": Sources(("OPENCODE_CONFIG_CONTENT", *_OPENAI.model), ("CONDUIT_API_KEY", *_OPENAI.key),
-                        ("OPENCODE_CONFIG_CONTENT", *_OPENAI.base),
-                        ("opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc")),
-    "continue": Sources(_OPENAI.model, _OPENAI.key, _OPENAI.base, (".continue/config.yaml",)),
-    "cline": Sources(_OPENAI.model, _OPENAI.key, _OPENAI.base),
-    # Aider: AIDER_<OPTION> (shell or any .env) outranks every .aider.conf.yml.
-    "aider": Sources(("AIDER_MODEL", *_OPENAI.model), ("AIDER_OPENAI_API_KEY", *_OPENAI.key),
-                     ("AIDER_OPENAI_API_BASE",), (".aider.conf.yml", ".env")),
-}
+def sources(tool: str) -> Competing:
+    """``tool``'s competing sources as its adapter declares them; ``Competing()`` (none) for a tool that is not
+    registered or lacks the declaration (``registry.missing_declarations``)."""
+    adapter = ADAPTERS.get(tool)
+    if adapter is None or "competing" in missing_declarations(adapter):
+        return Competing()
+    return adapter.competing
 
 
 @dataclass(frozen=True)
@@ -105,7 +84,7 @@ def is_model_request(rec: Recorded) -> bool:
 def judge(tool: str, want: Expected, requests: Sequence[Recorded], *, exit_code: int | None, timed_out: bool,
           dns_names: Sequence[str], stderr_tail: str, environ: Mapping[str, str], cwd: Path) -> Verdict:
     """The verdict for one run; see the module docstring. ``environ``/``cwd`` are the user's."""
-    src = SOURCES.get(tool, Sources())
+    src = sources(tool)
     calls = [r for r in requests if is_model_request(r)]
     good = [r for r in calls if r.route.startswith(want.prefix)]
     for rec in good:
@@ -123,9 +102,11 @@ def judge(tool: str, want: Expected, requests: Sequence[Recorded], *, exit_code:
         rec = calls[0]
         return Verdict("wrong_path", f"sent {rec.method} {rec.route}, outside the profile's {want.prefix}; "
                        + _value_source(src.base, src.files, rec.route, environ, cwd), rec)
-    if tool == "gemini" and exit_code in (41, 55):
-        return Verdict("untrusted_folder", f"folder not trusted (exit {exit_code}): Gemini CLI reads no .env in "
-                       f"{cwd}; add it to [tools.gemini] trust or run `gemini` once and trust it", None)
+    spec = ONE_SHOTS.get(tool)
+    if spec is not None and exit_code is not None and exit_code in spec.untrusted_exits:
+        return Verdict("untrusted_folder", f"folder not trusted (exit {exit_code}): {ADAPTERS[tool].display_name} "
+                       f"reads none of its settings in {cwd}; add it to [tools.{tool}] trust or run "
+                       f"`{spec.binaries[0]}` once and trust it", None)
     elsewhere = _went_elsewhere(src, dns_names, environ)
     if elsewhere:
         return Verdict("went_elsewhere", elsewhere, None)
@@ -139,7 +120,7 @@ def judge(tool: str, want: Expected, requests: Sequence[Recorded], *, exit_code:
 def static_sources(tool: str, environ: Mapping[str, str], cwd: Path) -> list[str]:
     """The sources that may outrank conduit for ``tool``, read without running it: each competing variable that is
     exported (named, its value never shown) and each project file present in ``cwd``."""
-    src = SOURCES.get(tool, Sources())
+    src = sources(tool)
     names = _exported([*src.model, *src.key, *src.base], environ)
     return [f"exported {n}" for n in names] + [str(cwd / rel) for rel in src.files if (cwd / rel).is_file()]
 
@@ -147,7 +128,7 @@ def static_sources(tool: str, environ: Mapping[str, str], cwd: Path) -> list[str
 def unsafe_without_isolation(tool: str, environ: Mapping[str, str], cwd: Path) -> list[str]:
     """What could send the tool to a real gateway when the network is not cut: an exported base URL or key
     variable, or a project file in ``cwd`` (either may point the run away from the canary); [] when none."""
-    src = SOURCES.get(tool, Sources())
+    src = sources(tool)
     return ([f"exported {n}" for n in _exported([*src.key, *src.base], environ)]
             + [str(cwd / rel) for rel in src.files if (cwd / rel).is_file()])
 
@@ -175,7 +156,7 @@ def _value_source(names: Sequence[str], files: Sequence[str], value: str, enviro
         "no outranking source found; run `conduit doctor`"
 
 
-def _key_source(src: Sources, key: str | None, environ: Mapping[str, str], cwd: Path) -> str:
+def _key_source(src: Competing, key: str | None, environ: Mapping[str, str], cwd: Path) -> str:
     """Which exported variable or project file holds the key the tool sent (named, never shown)."""
     if not key:
         return "the tool sent no key: check the tool's own login or auth settings"
@@ -188,7 +169,7 @@ def _key_source(src: Sources, key: str | None, environ: Mapping[str, str], cwd: 
     return "no outranking source found; run `conduit doctor`"
 
 
-def _went_elsewhere(src: Sources, dns_names: Sequence[str], environ: Mapping[str, str]) -> str:
+def _went_elsewhere(src: Competing, dns_names: Sequence[str], environ: Mapping[str, str]) -> str:
     """A sentence when the tool looked up a host an exported base-URL variable names, or a host that is not one
     of the vendors' known telemetry and update hosts; else ""."""
     for name in _exported(src.base, environ):
@@ -213,4 +194,4 @@ def _read_small(path: Path, limit: int = 1 << 20) -> str:
         return ""
 
 
-__all__ = ["MODEL_ROUTES", "SOURCES", "Expected", "Sources", "Verdict", "is_model_request", "judge", "static_sources"]
+__all__ = ["MODEL_ROUTES", "Expected", "Sources", "sources", "Verdict", "is_model_request", "judge", "static_sources"]

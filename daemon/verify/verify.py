@@ -1,8 +1,8 @@
 """``conduit verify``: run each installed tool once against a loopback canary, with conduit's config, in the
 user's own environment and working directory, and say whether it sent what the profile says.
 
-Per tool (enabled in the profile, with a one-shot command in ``conduit.daemon.verify.tools.ONE_SHOTS``, and its
-binary on the user's PATH):
+Per tool (enabled in the profile, with a one-shot command: its adapter's ``one_shot``, in
+``conduit.daemon.verify.tools.ONE_SHOTS``; and its binary on the user's PATH):
 
 1. a temporary HOME ``T`` (0700, removed afterwards) gets a copy of the tool's files as they are now
    (``conduit.daemon.verify.copyconfig``); conduit's adapter then writes the tool's config into ``T`` from the
@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from conduit.adapters.base import Env, NotFound, Root, Target, ToolSettings, Unsupported
-from conduit.adapters.registry import ADAPTERS
+from conduit.adapters.registry import ADAPTERS, missing_declarations
 from conduit.adapters.writer.apply import Writer
 from conduit.adapters.writer.backups import BackupStore
 from conduit.daemon.config.profile import LoadedProfile
@@ -45,10 +45,9 @@ from conduit.daemon.verify.copyconfig import TempHome
 from conduit.daemon.verify.runner import OPT_OUT_ENV, Sandbox, ToolRun
 from conduit.daemon.verify.tools import ONE_SHOTS, find_binary, tool_version
 from conduit.daemon.verify.verdicts import (
-    SOURCES,
     Expected,
-    Sources,
     judge,
+    sources,
     static_sources,
     unsafe_without_isolation,
 )
@@ -56,9 +55,6 @@ from conduit.errors import BadArguments, ConduitError
 from conduit.redact import fingerprint, mask_key_flags, redact
 
 PROMPT = "Reply with the single word: ok"
-FORCE_OPTIONS: dict[str, Any] = {"create": True, "generation": "C"}
-"""Options that let an adapter write a tool's files into T when the user has none yet (the tool is installed
-but was never configured): each applies only to an adapter whose ``Options`` has that field."""
 
 
 @dataclass
@@ -231,36 +227,36 @@ def _prepare(home: TempHome, tool: str, resolver: Resolver, settings: ToolSettin
 def _user_folders(settings: ToolSettings, user_home: Path) -> ToolSettings:
     """``settings`` with ``~`` in folder options (``[tools.gemini] trust``) pinned to the user's real HOME:
     in T, ``~`` would name T's folders, not the user's project folders the tool runs in."""
-    trust = settings.options.get("trust")
+    trust = getattr(settings.options, "trust", None)
     if not isinstance(trust, list | tuple):
         return settings
     pinned = [str(user_home) + t.strip()[1:] if isinstance(t, str) and (t.strip() == "~" or t.strip().startswith("~/"))
               else t for t in trust]
-    return replace(settings, options={**settings.options, "trust": pinned})
+    return replace(settings, options=settings.options.model_copy(update={"trust": pinned}))
 
 
 def _plan_in_home(tool: str, settings: ToolSettings, env: Env) -> list[Target]:
-    """The adapter's targets in T; when the tool has no files yet, again with ``FORCE_OPTIONS`` that apply."""
+    """The adapter's targets in T; when the tool has no files yet, again with its ``fresh_options`` (the options
+    that let it write into a fresh HOME: the tool is installed but was never configured)."""
     adapter = ADAPTERS[tool]
     try:
         return adapter.plan(settings, env)
     except NotFound:
-        forced = {k: v for k, v in FORCE_OPTIONS.items() if k in adapter.Options.model_fields}
+        forced = {} if "fresh_options" in missing_declarations(adapter) else dict(adapter.fresh_options)
         if not forced:
             raise
-        return adapter.plan(replace(settings, options={**settings.options, **forced}), env)
+        return adapter.plan(replace(settings, options=settings.options.model_copy(update=forced)), env)
 
 
 def run_env(home: TempHome, tool: str) -> dict[str, str]:
     """The run's environment: the user's, HOME and remapped variables in T, the opt-outs, loopback added to
-    ``NO_PROXY``, and for Aider its history files moved into T (it writes them in the working directory by
-    default)."""
+    ``NO_PROXY``, and the adapter's ``verify_env`` (each a path in T: Aider's history files, which it writes in
+    the working directory by default)."""
     env = {**home.env.environ, **OPT_OUT_ENV, **ONE_SHOTS[tool].extra_env}
     for var in ("NO_PROXY", "no_proxy"):  # an exported proxy must not swallow the loopback canary's requests
         env[var] = ",".join(filter(None, [env.get(var, ""), "127.0.0.1", "localhost"]))
-    if tool == "aider":
-        for var, name in (("AIDER_CHAT_HISTORY_FILE", "chat"), ("AIDER_INPUT_HISTORY_FILE", "input")):
-            env[var] = str(home.root / f".aider.{name}.history")
+    for var, rel in ADAPTERS[tool].verify_env.items():
+        env[var] = str(home.root / rel)
     return env
 
 
@@ -310,9 +306,9 @@ def _reached_by_walking_up(tool: str, home: TempHome) -> Path | None:
     ``~/.gemini/.env``); the others read their project files in the working directory only (Claude Code run from
     HOME reads ``~/.claude/settings.json`` as project settings), and whose copy conduit rewrote. None when none."""
     cwd = home.env.cwd.resolve() if home.env.cwd.exists() else home.env.cwd
-    walks = tool == "gemini"  # its findEnvFile; settings.json it reads in the working directory only
-    folders = [cwd, *cwd.parents] if walks else [cwd]
-    rels = (".gemini/.env", ".env") if walks else SOURCES.get(tool, Sources()).files
+    src = sources(tool)  # Gemini CLI's walks_up: its findEnvFile; settings.json it reads in the working directory
+    folders = [cwd, *cwd.parents] if src.walks_up else [cwd]
+    rels = src.walks_up or src.files
     copied = set(home.copied)
     for folder in folders:
         for rel in rels:

@@ -1,6 +1,6 @@
 """vLLM's lifecycle as an enum with its allowed transitions, and the restart policy's arithmetic.
 
-STYLE.md habit 8 (httpx ``ClientState``): one comment per state, a clear error on an illegal transition.
+Lifecycles as enums (after httpx ``ClientState``): one comment per state, a clear error on an illegal transition.
 ``Lifecycle`` (the base of ``Supervisor``) holds the current state, when it was entered and the last 64 transitions, and lets callers wait
 for a state; ``CrashWindow`` decides, after an unasked exit, between a restart after a doubling backoff and
 giving up (restart mode ``never``, or more than ``max_restarts`` crashes inside ``window_s``).

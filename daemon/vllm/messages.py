@@ -1,7 +1,7 @@
 """The typed messages of the supervisor's one loop, and the record of one launched process group.
 
-Everything that can change the supervisor's state arrives as one of these on one asyncio queue (STYLE.md
-habit 10: child events as typed messages to one loop)::
+Everything that can change the supervisor's state arrives as one of these on one asyncio queue (after
+honcho: child events as typed messages to one loop)::
 
     start()/stop()/restart()/apply_settings() --Cmd--------> +------------+
     per-launch exit watcher (await proc.wait()) --Exited---> | run() loop | --> state, snapshot()

@@ -1,6 +1,6 @@
 """Live numbers from vLLM's ``/metrics`` (Prometheus text, parsed with ``prometheus_client.parser``).
 
-Metric names are vLLM 0.32's (shared/formats/vllm-and-nvml.md): gauges ``vllm:num_requests_running``,
+Metric names are vLLM 0.32's (docs/formats/vllm-and-nvml.md): gauges ``vllm:num_requests_running``,
 ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (a fraction 0..1 despite the name); counters
 ``vllm:num_preemptions``, ``vllm:prefix_cache_queries``, ``vllm:prefix_cache_hits`` (tokens),
 ``vllm:prompt_tokens``, ``vllm:generation_tokens`` (exposed with ``_total``); histograms

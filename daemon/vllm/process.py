@@ -1,6 +1,6 @@
 """vLLM's process group: launch it in a session of its own, signal it, wait for it, check it is gone.
 
-Supervision by process group (STYLE.md habit 10, after honcho): the child is started with
+Supervision by process group (after honcho): the child is started with
 ``start_new_session=True``, so the API server, its ``resource_tracker``, ``VLLM::EngineCore`` and
 ``VLLM::Worker`` share one process group (and session) that conduit owns. Killing the API server alone
 leaves EngineCore and Worker alive (case C16), so every stop signals the whole group:

@@ -1,7 +1,7 @@
 """Supervise one local vLLM server: the lifecycle state machine (launch, readiness, crashes, restarts, stop).
 
-One asyncio loop (STYLE.md habit 13): ``Supervisor.run()`` is the agent's long-running task and the only
-place state changes. Everything else arrives as a typed message on one queue (``messages``): commands from
+One asyncio loop (the agent's one concurrency model): ``Supervisor.run()`` is the agent's long-running task
+and the only place state changes. Everything else arrives as a typed message on one queue (``messages``): commands from
 the socket, the child's exit and the health polls (``monitor``), backoff timers.
 
 The parts, one module each:

@@ -1,7 +1,7 @@
 """Every process one vLLM launch started, including those that left its process group and session.
 
 A descendant that calls ``setsid()`` (or ``setpgid``) leaves the group that ``process.kill_group`` signals, and
-one whose parent exits is re-parented away from the launch (case: item 10 of issue 11). So the supervisor also
+one whose parent exits is re-parented away from the launch (docs/cases.md C16). So the supervisor also
 keeps a ``Tree`` per launch and the stop kills all of it:
 
 - ``become_subreaper``: the agent (and ``conduit vllm run``) is a child subreaper (``prctl(2)``

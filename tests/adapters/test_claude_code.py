@@ -1,4 +1,4 @@
-"""Claude Code adapter: field cases C01, C03-C05, C09-C14 and the format rules of shared/formats/claude-code.md."""
+"""Claude Code adapter: field cases C01, C03-C05, C09-C14 and the format rules of docs/formats/claude-code.md."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import pytest
 from helpers import toolsamples
 from helpers.isolation import CONDUIT_VARS, XDG_VARS, isolated_vars
-from helpers.paths import TESTS
+from helpers.paths import HELPERS, TESTS
 from helpers.toolfiles import cc_switch_db, run_sync, write_profile
 
 from conduit.adapters import registry
@@ -51,6 +51,23 @@ def test_registry_is_sorted_and_named_by_its_keys() -> None:
         assert isinstance(adapter.env_vars, tuple) and all(v.isupper() for v in adapter.env_vars)
 
 
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_every_adapter_makes_every_required_declaration(name: str) -> None:
+    missing = registry.missing_declarations(ADAPTERS[name])
+    assert not missing, f"{name} lacks {', '.join(missing)}: declare them on {type(ADAPTERS[name]).__name__}"
+
+
+def test_a_missing_declaration_is_named_and_has_no_default() -> None:
+    assert not set(registry.REQUIRED) & set(vars(AdapterDefaults))
+    cc = ADAPTERS["cc_switch"]  # a desktop application: no command line, said explicitly
+    assert cc.one_shot is None and cc.package is None and "one_shot" in vars(type(cc))
+
+    class Partial(AdapterDefaults):
+        one_shot = None
+
+    assert registry.missing_declarations(Partial())[:2] == ["package", "competing"]
+
+
 def _settings(name: str) -> ToolSettings:
     adapter = ADAPTERS[name]
     fields = adapter.Options.model_fields
@@ -58,7 +75,7 @@ def _settings(name: str) -> ToolSettings:
     if "generation" in fields:
         options["generation"] = "C"
     return ToolSettings(tool=name, channel="gw", root=Root("https://gw.example.com/api"), key="sk-test-abc",
-                        model="m", options=options)
+                        model="m", options=adapter.Options.model_validate(options))
 
 
 class _Recording(dict[str, str]):
@@ -237,7 +254,9 @@ def _run_child(tmp_path: Path, conftest: str) -> tuple[subprocess.CompletedProce
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(conftest)
-    shutil.copy(TESTS / "isolation.py", suite / "isolation.py")
+    (suite / "helpers").mkdir()
+    (suite / "helpers" / "__init__.py").write_text("")
+    shutil.copy(HELPERS / "isolation.py", suite / "helpers" / "isolation.py")
     (suite / "test_child.py").write_text(CHILD_TEST)
     sentinels = {var: tmp_path / "sentinels" / var for var in isolated_vars()}
     for var, d in sentinels.items():

@@ -1,4 +1,4 @@
-"""The agent keeps each route's body and makes it again only when its state changes (issue 15, item 3).
+"""The agent keeps each route's body and makes it again only when its state changes.
 
 A real agent in-process on a real Unix socket, a fake device set for the GPU (``FakeNvml``), a real prober
 against a real local gateway.

@@ -1,4 +1,4 @@
-"""The agent under an adversarial user (issue 11, items 8-10): real `conduit agent` processes on real sockets, the
+"""The agent under an adversarial user: real `conduit agent` processes on real sockets, the
 fake vLLM (tests/helpers/fake_vllm.py) as the launched server, the real `conduit` commands.
 
 - A storm of 2,000 malformed requests adds a few lines to the agent's log (one line, then one summary), no

@@ -1,4 +1,4 @@
-"""The agent answers only its own uid, and reads the peer's uid once per connection (issue 15, item 3).
+"""The agent answers only its own uid, and reads the peer's uid once per connection.
 
 A real aiohttp server with the agent's middleware on a real Unix socket in a directory others may enter, a real
 client process running as ``nobody`` (it drops to that uid before it connects), and keep-alive clients of our own uid whose

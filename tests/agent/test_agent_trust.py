@@ -1,4 +1,4 @@
-"""A client believes only an agent socket that is the user's alone (issue 11, item 7).
+"""A client believes only an agent socket that is the user's alone (docs/design.md "The agent's socket").
 
 Without ``XDG_RUNTIME_DIR`` the socket lives in the guessable ``/tmp/conduit-<uid>``; another user who creates
 that directory first can plant an agent there. The real ``conduit status`` (the ``--json`` fast path and the full

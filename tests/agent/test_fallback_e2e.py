@@ -1,4 +1,4 @@
-"""Fallback end to end (issue 13): a real agent supervising a fast vLLM stand-in (tests/helpers/fake_vllm.py) as the primary,
+"""Fallback end to end (docs/design.md "Routing"): a real agent supervising a fast vLLM stand-in (tests/helpers/fake_vllm.py) as the primary,
 a real sync daemon, a hosted stand-in on loopback as the [fallback], real tool files (tests/helpers/fallbackrig.py).
 
 The supervised server is killed hard -> within after_s + 3 s every following tool names the fallback's port and

@@ -156,7 +156,8 @@ def test_health_window_and_failures() -> None:
     j = h.to_json()
     assert j["verdict"] == "refused" and not j["healthy"]
     assert j["consecutive_failures"] == 2 and j["last_success_at"] == 1.0
-    assert j["latency_ms"]["p50"] == 35.0 and j["latency_ms"]["p95"] == 1000 and j["latency_ms"]["samples"] == 6
+    # conduit.units.percentile (linear): p95 of 10, 20, 30, 40, 50, 1000 is 50 + 0.75 * 950
+    assert j["latency_ms"]["p50"] == 35.0 and j["latency_ms"]["p95"] == 762.5 and j["latency_ms"]["samples"] == 6
     assert j["latency_ms"]["last"] is None  # no answer came, so no latency
     assert KEY not in str(j) and j["key"] == "sk-...c3f9"
     h.record(ProbeResult(Verdict.OK, 200, 5, "u", "ok", at=4.0))

@@ -76,7 +76,7 @@ def test_profile_path_loads_no_agent_vllm_plan_or_bench(temp_home: Path, args: t
         assert names & COMMAND_MODULES == {"conduit.daemon.cli.sync"}
 
 
-# What the commands a person waits on must not load (bench/cli.py measures them; issue 15): rich's help formatter
+# What the commands a person waits on must not load (bench/cli.py measures them): rich's help formatter
 # (typer.rich_utils: rich's markdown, traceback and pygments) anywhere; for `--help`, rich and pydantic at all; for
 # a sync of one tool, the other tools' adapter modules and the file formats only they use (ruamel.yaml: Continue,
 # Aider; psutil: CC Switch), the [vllm] models of a profile without [vllm], httpx, and ctypes (a no-op writes nothing).

@@ -1,4 +1,4 @@
-"""How `conduit status` and `conduit status --watch` show the agent's routing (issue 13): the one line from
+"""How `conduit status` and `conduit status --watch` show the agent's routing: the one line from
 `/v1/status`'s `routing`, and nothing when it is null (no [fallback] in the profile)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Everyday friction (issue 12): what a new user sees when a command refuses, fails or prints, asserted as shown.
+"""Everyday friction: what a new user sees when a command refuses, fails or prints, asserted as shown.
 
 Each test runs the real CLI (a subprocess, HOME from the suite's fixture) or the shared function it calls, and
 checks the message, the exit code and what is on disk.

@@ -1,4 +1,4 @@
-"""The Resolver under the agent's routing decision (issue 13): tools on the primary go to the [fallback] channel and
+"""The Resolver under the agent's routing decision: tools on the primary go to the [fallback] channel and
 model; `[tools.X] fallback = false`, a tool on another channel, a decision for another profile or primary, and
 an unreadable routing file each behave as the contract (conduit.daemon.config.routing) says. Real files under a
 temporary HOME, the real sync engine."""

@@ -361,7 +361,7 @@ def test_cli_key_set_from_stdin_never_echoes_the_key(temp_home: Path) -> None:
 
 def test_cli_refuses_a_key_on_the_command_line_without_echoing_it(temp_home: Path) -> None:
     result = conduit(temp_home, "key", "set", "tao", KEY)
-    assert result.returncode == 3  # bad arguments (issue 12)
+    assert result.returncode == 3  # bad arguments (docs/design.md "Exit codes")
     assert "takes no key on the command line" in result.stderr
     assert "0123456789" not in result.stdout + result.stderr
     assert not (temp_home / ".config/conduit/secrets.toml").exists()

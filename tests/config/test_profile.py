@@ -1,4 +1,5 @@
-"""The profile: the minimal contract of DESIGN.md, starter profiles, and errors that name file, line, key and fix."""
+"""The profile: the minimal contract (docs/design.md "The minimal profile"), starter profiles, and errors that
+name file, line, key and fix."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_unknown_top_level_and_tool(tmp_path: Path) -> None:
 
 
 def test_unknown_tool_option(tmp_path: Path) -> None:
-    # A problem of one tool's table stops that tool only (issue 12): kept for it, not raised for the profile.
+    # A problem of one tool's table stops that tool only: kept for it, not raised for the profile.
     loaded = parse_profile(MINIMAL.replace("[tools.cline]", '[tools.cline]\ngeneraton = "C"'), tmp_path / "p.toml")
     assert list(loaded.tool_problems) == ["cline"]
     msg = str(loaded.tool_problems["cline"])

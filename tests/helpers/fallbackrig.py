@@ -1,4 +1,4 @@
-"""The fallback rig (issue 13), shared by tests/agent/test_fallback_e2e.py and bench/fallback.py: a real `conduit agent`
+"""The fallback rig, shared by tests/agent/test_fallback_e2e.py and bench/fallback.py: a real `conduit agent`
 supervising tests/helpers/fake_vllm.py as the primary `local` channel, a real `conduit daemon`, a hosted stand-in (the
 loopback recording gateway of conduit.daemon.verify.gateway) as the `[fallback]` channel, and real tool files
 under a temporary HOME.

@@ -1,4 +1,4 @@
-"""Test helpers: write a profile under a temporary HOME, sync, and the lifecycle check (STYLE.md habit 5).
+"""Test helpers: write a profile under a temporary HOME, sync, and the lifecycle check every adapter's test file runs.
 
 The real-format tool files come from conduit.daemon.cli.samples (shared with `conduit demo`).
 """
@@ -54,7 +54,7 @@ def run_sync(home: Path, **kw) -> SyncReport:
 
 
 def lifecycle(home: Path) -> SyncReport:
-    """render -> write -> re-read -> sync again: the second sync must write nothing (STYLE.md habit 5).
+    """render -> write -> re-read -> sync again: the second sync must write nothing.
 
     Returns the first sync's report; raises AssertionError when the second sync changes anything.
     """

@@ -47,7 +47,7 @@ FALCON_7B = {  # tiiuae/falcon-7b: multi-query attention (one KV head), no num_k
     "n_layer": 32, "multi_query": True, "new_decoder_architecture": False, "vocab_size": 65024,
     "torch_dtype": "bfloat16", "max_position_embeddings": 2048,
 }
-TINY = {  # the real-vLLM tier's model (shared/formats/vllm-and-nvml.md)
+TINY = {  # the real-vLLM tier's model (docs/formats/vllm-and-nvml.md)
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
     "max_position_embeddings": 2048, "vocab_size": 512, "torch_dtype": "float32",

@@ -1,5 +1,6 @@
-"""The real-tool tier: the seven CLIs at pinned versions in a cache outside the repo (tests/realtools/
-ensure_tools.sh), each run once per case in the verify sandbox against a recording gateway on loopback.
+"""The real-tool tier: the CLIs the adapters declare (``package``), at pinned versions in a cache outside the repo
+(tests/realtools/ensure_tools.sh), each run once per case in the verify sandbox against a recording gateway on
+loopback.
 
 When a package registry cannot be reached to build the cache, every test here is SKIPPED with a loud line
 saying why; any other failure to build it fails the tier. At the end the tier prints one table row per run
@@ -45,7 +46,7 @@ def _loud(config: pytest.Config, text: str) -> None:
 @pytest.fixture(scope="session")
 def tool_cache(pytestconfig: pytest.Config) -> Path:
     """The cache directory (``bin/`` holds one link per command), installed or reused."""
-    env = dict(os.environ, HOME=str(Path.home()), XDG_CACHE_HOME=str(CACHE_ROOT))
+    env = dict(os.environ, HOME=str(Path.home()), XDG_CACHE_HOME=str(CACHE_ROOT), CONDUIT_PYTHON=sys.executable)
     if EXPLICIT_CACHE:
         env["CONDUIT_TOOLS_CACHE"] = EXPLICIT_CACHE
     r = subprocess.run(["bash", str(ENSURE)], env=env, capture_output=True, text=True, timeout=1800)

@@ -5,11 +5,13 @@
 #
 # Where: CACHE_DIR, else $CONDUIT_TOOLS_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/conduit-ci/tools-<10 hex of the
 # sha256 of the pinned list> (outside the repo, reused across runs; a new pin means a new directory).
-# What: the six npm CLIs into CACHE/npm (`npm install --prefix`), Aider into its own venv CACHE/aider (python:
-# $CONDUIT_TOOLS_PYTHON, else python3.11, else python3), and CACHE/bin with one link per command (claude, codex,
-# gemini, opencode, cn, cline, aider) so a tool's PATH holds the tools and nothing else from the cache.
-# Versions: ../shared/formats/real-tools.md (each checked with `npm view PKG@VER version engines`: all run on
-# Node 20; newer Claude Code releases declare node >=22). A stamp file written last, holding the pinned list,
+# What: the packages the adapters declare (their `package`: `python tests/realtools/tier.py packages`, run with
+# $CONDUIT_PYTHON, else the repository's .venv, else python3): the npm CLIs into CACHE/npm (`npm install
+# --prefix`), each PyPI one into its own venv CACHE/<tool> (python: $CONDUIT_TOOLS_PYTHON, else python3.11, else
+# python3), and CACHE/bin with one link per command the packages provide, so a tool's PATH holds the tools and
+# nothing else from the cache. Versions: docs/formats/real-tools.md (each checked with `npm view PKG@VER version
+# engines`: all run on Node 20; newer Claude Code releases declare node >=22). A stamp file written last, holding
+# the pinned list,
 # says the cache is complete; a flock keeps two runs from installing into it at once. A cold install takes
 # a few minutes (npm about 1-2 min, Aider's venv about 1-2 min on 2 cores).
 #
@@ -17,16 +19,29 @@
 # (the tier is then SKIPPED, loudly); anything else is a real failure (the tier fails).
 set -uo pipefail
 
-NPM_PINS=(
-    "@anthropic-ai/claude-code@2.1.197"
-    "@openai/codex@0.171.0"
-    "@google/gemini-cli@0.61.0"
-    "opencode-ai@1.18.33"
-    "@continuedev/cli@1.5.47"
-    "cline@3.0.65"
-)
-PIP_PINS=("aider-chat==0.86.2")
-COMMANDS=(claude codex gemini opencode cn cline)
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY_CONDUIT="${CONDUIT_PYTHON:-}"
+if [ -z "$PY_CONDUIT" ]; then
+    if [ -x "$HERE/../../.venv/bin/python" ]; then PY_CONDUIT="$HERE/../../.venv/bin/python"; else PY_CONDUIT=python3; fi
+fi
+# One line per package: <npm|pypi> <tool> <pin> <command>... (npm first; the order the cache's hash was taken in)
+LISTING="$("$PY_CONDUIT" "$HERE/tier.py" packages)" || {
+    echo "cannot list the pinned packages: $PY_CONDUIT $HERE/tier.py packages failed" >&2; exit 1; }
+NPM_PINS=()
+PIP_PINS=()
+PIP_TOOLS=()      # "<tool> <pin> <command>..." per PyPI package
+COMMANDS=()       # the npm packages' commands
+ALL_COMMANDS=()
+while read -r registry tool pin commands; do
+    [ -n "$registry" ] || continue
+    read -ra cmds <<<"$commands"
+    case "$registry" in
+        npm) NPM_PINS+=("$pin"); COMMANDS+=("${cmds[@]}") ;;
+        pypi) PIP_PINS+=("$pin"); PIP_TOOLS+=("$tool $pin $commands") ;;
+        *) echo "unknown package registry '$registry' for $tool" >&2; exit 1 ;;
+    esac
+    ALL_COMMANDS+=("${cmds[@]}")
+done <<<"$LISTING"
 PINNED="$(printf '%s\n' "${NPM_PINS[@]}" "${PIP_PINS[@]}")"
 HASH="$(printf '%s' "$PINNED" | sha256sum | cut -c1-10)"
 CACHE="${1:-${CONDUIT_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/conduit-ci/tools-$HASH}}"
@@ -39,7 +54,7 @@ NET="$NET|Connection refused|ConnectTimeout|Read timed out|Could not fetch URL|P
 ready() {
     [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PINNED" ] || return 1
     local c
-    for c in "${COMMANDS[@]}" aider; do [ -x "$CACHE/bin/$c" ] || return 1; done
+    for c in "${ALL_COMMANDS[@]}"; do [ -x "$CACHE/bin/$c" ] || return 1; done
 }
 
 unreachable_or_fail() {  # $1: what failed; exit 3 when the log shows a network error, else 1
@@ -62,28 +77,36 @@ command -v npm >/dev/null || { echo "npm not found on PATH (install Node.js 20 a
 echo "installing the real-tool CLIs into $CACHE (a few minutes); log: $LOG" >&2
 : >"$LOG"
 start=$(date +%s)
-if ! npm install --prefix "$CACHE/npm" --no-audit --no-fund --no-update-notifier --loglevel=error \
-        "${NPM_PINS[@]}" >>"$LOG" 2>&1; then
+if [ "${#NPM_PINS[@]}" -gt 0 ] && ! npm install --prefix "$CACHE/npm" --no-audit --no-fund --no-update-notifier \
+        --loglevel=error "${NPM_PINS[@]}" >>"$LOG" 2>&1; then
     unreachable_or_fail "npm install --prefix $CACHE/npm"
 fi
 echo "npm done in $(( $(date +%s) - start )) s" >>"$LOG"
 
 PY="${CONDUIT_TOOLS_PYTHON:-$(command -v python3.11 || command -v python3)}"
-if [ ! -x "$CACHE/aider/bin/python" ]; then
-    "$PY" -m venv "$CACHE/aider" >>"$LOG" 2>&1 || { echo "$PY -m venv $CACHE/aider failed; see $LOG" >&2; exit 1; }
-fi
-if ! "$CACHE/aider/bin/python" -m pip install --disable-pip-version-check -q "${PIP_PINS[@]}" >>"$LOG" 2>&1; then
-    unreachable_or_fail "pip install ${PIP_PINS[*]}"
-fi
-echo "aider done at $(( $(date +%s) - start )) s" >>"$LOG"
+for entry in "${PIP_TOOLS[@]}"; do
+    read -r tool pin _ <<<"$entry"
+    if [ ! -x "$CACHE/$tool/bin/python" ]; then
+        "$PY" -m venv "$CACHE/$tool" >>"$LOG" 2>&1 || { echo "$PY -m venv $CACHE/$tool failed; see $LOG" >&2; exit 1; }
+    fi
+    if ! "$CACHE/$tool/bin/python" -m pip install --disable-pip-version-check -q "$pin" >>"$LOG" 2>&1; then
+        unreachable_or_fail "pip install $pin"
+    fi
+    echo "$tool done at $(( $(date +%s) - start )) s" >>"$LOG"
+done
 
 mkdir -p "$CACHE/bin"
 for c in "${COMMANDS[@]}"; do
     [ -e "$CACHE/npm/node_modules/.bin/$c" ] || { echo "npm installed no command '$c' ($CACHE/npm)" >&2; exit 1; }
     ln -sfn "../npm/node_modules/.bin/$c" "$CACHE/bin/$c"
 done
-[ -x "$CACHE/aider/bin/aider" ] || { echo "pip installed no command 'aider' ($CACHE/aider)" >&2; exit 1; }
-ln -sfn "../aider/bin/aider" "$CACHE/bin/aider"
+for entry in "${PIP_TOOLS[@]}"; do
+    read -r tool _ commands <<<"$entry"
+    for c in $commands; do
+        [ -x "$CACHE/$tool/bin/$c" ] || { echo "pip installed no command '$c' ($CACHE/$tool)" >&2; exit 1; }
+        ln -sfn "../$tool/bin/$c" "$CACHE/bin/$c"
+    done
+done
 printf '%s' "$PINNED" >"$STAMP"
 echo "cold install took $(( $(date +%s) - start )) s" >>"$LOG"
 echo "$CACHE"

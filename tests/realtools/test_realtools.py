@@ -1,12 +1,14 @@
-"""The seven real CLIs, after `conduit sync` alone, send their model request to the profile's gateway with the
-profile's key and model (issue 16 item 1; facts in shared/formats/real-tools.md).
+"""The real CLIs, after `conduit sync` alone, send their model request to the profile's gateway with the
+profile's key and model (facts in docs/formats/real-tools.md).
 
-Per case: a fresh HOME (the suite's autouse fixture), a profile whose channel base_url is the sandbox's
-gateway root plus FORM (three forms per tool; conduit normalizes each to the root ``/api``), the key in a key
-file (the first form's file is dirty: BOM, ``Bearer ``, a trailing space, CRLF), `conduit sync` as a real
+Per case (``realtools.tier.cases()``, from the adapters' declarations): a fresh HOME (the suite's autouse
+fixture), a profile whose channel base_url is the sandbox's gateway root plus FORM (the adapter's
+``base_forms``; conduit normalizes each to the root ``/api``) and the adapter's ``fresh_options``, the key in a
+key file (the first form's file is dirty: BOM, ``Bearer ``, a trailing space, CRLF), `conduit sync` as a real
 subprocess, then the tool's one-shot command (``conduit.daemon.verify.tools.ONE_SHOTS``) in the verify
-sandbox (network cut where the kernel allows). Asserts: a request on the tool's model route under ``/api``,
+sandbox (network cut where the kernel allows). Asserts: a request on the tool's ``model_routes`` under ``/api``,
 every model request carrying exactly the clean key and the profile's model, and no tool process left running.
+A tool lacking a declaration the tier reads has one case, which fails naming it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 
 import psutil
 import pytest
+from realtools.tier import case_id, cases, check_declared, options_toml, routes
 
+from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.verify.runner import OPT_OUT_ENV, ToolRun
 from conduit.daemon.verify.tools import ONE_SHOTS, OneShot, find_binary
 
@@ -31,34 +35,23 @@ DIRTY_KEY = "\ufeffBearer " + KEY + " \r\n"
 MODEL = "conduit-test-model"
 PROMPT = "Say ok"
 
-#: Base URL forms per tool: the OpenAI-protocol tools get the pasted-endpoint form too; Claude Code its own.
-OPENAI_FORMS = ("/api", "/api/v1", "/api/v1/chat/completions")
-FORMS = {"claude_code": ("/api", "/api/v1", "/api/v1/messages"), "gemini": ("/api", "/api/v1", "/api/v1beta"),
-         "codex": OPENAI_FORMS, "opencode": OPENAI_FORMS, "continue": OPENAI_FORMS, "cline": OPENAI_FORMS,
-         "aider": OPENAI_FORMS}
-#: The model route each tool must hit, under the normalized root ``/api`` (query string ignored).
-ROUTES = {"claude_code": ("/api/v1/messages",), "codex": ("/api/v1/responses",),
-          "gemini": (f"/api/v1beta/models/{MODEL}:streamGenerateContent", f"/api/v1beta/models/{MODEL}:generateContent"),
-          "opencode": ("/api/v1/chat/completions",), "continue": ("/api/v1/chat/completions",),
-          "cline": ("/api/v1/chat/completions",), "aider": ("/api/v1/chat/completions",)}
-#: Per-tool profile options: create the tool's files in a fresh HOME; Cline CLI 3.x is generation C.
-OPTIONS = {"codex": "create = true\n", "gemini": "create = true\n", "opencode": "create = true\n",
-           "continue": "create = true\n", "cline": 'generation = "C"\n', "aider": "create = true\n",
-           "claude_code": ""}
 VENDOR_HOSTS = {"codex": "api.openai.com", "claude_code": "api.anthropic.com"}
-CASES = [(tool, form, i == 0) for tool in ONE_SHOTS for i, form in enumerate(FORMS[tool])]
+CASES = cases()
 _VERSIONS: dict[str, str | None] = {}
 
 
-def write_profile(home: Path, tool: str, base_url: str, key_text: str, project: Path, *, trust: bool = True) -> None:
-    """The profile (one channel speaking all three protocols, ``tool`` enabled) and its key file; Gemini's
-    ``trust`` option names ``project`` unless ``trust`` is False."""
+def write_profile(home: Path, tool: str, base_url: str, key_text: str, project: Path, *, trust: bool = True,
+                  extra: str = "") -> None:
+    """The profile (one channel speaking all three protocols, ``tool`` enabled with its ``fresh_options`` and the
+    TOML lines ``extra``) and its key file; Gemini's ``trust`` option names ``project`` unless ``trust`` is
+    False."""
     cfg = home / ".config" / "conduit"
     (cfg / "keys").mkdir(parents=True)
     keyfile = cfg / "keys" / "gw"
     keyfile.write_bytes(key_text.encode())
     keyfile.chmod(0o600)
-    extra = OPTIONS[tool] + (f"trust = [{json.dumps(str(project))}]\n" if tool == "gemini" and trust else "")
+    extra = options_toml(tool) + extra + (f"trust = [{json.dumps(str(project))}]\n" if tool == "gemini" and trust
+                                          else "")
     (cfg / "profile.toml").write_text(
         f'version = 1\nchannel = "gw"\nmodel = "{MODEL}"\n\n[channels.gw]\nbase_url = {json.dumps(base_url)}\n'
         'protocols = ["openai", "anthropic", "gemini"]\nkey = { file = "~/.config/conduit/keys/gw" }\n\n'
@@ -103,11 +96,12 @@ def alive_with_home(home: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(("tool", "form", "dirty"), CASES,
-                         ids=[f"{t}-{f.strip('/').replace('/', '_')}{'-dirtykey' if d else ''}" for t, f, d in CASES])
+@pytest.mark.parametrize(("tool", "form", "dirty"), CASES, ids=[case_id(*c) for c in CASES])
 def test_tool_uses_the_profile(tool: str, form: str, dirty: bool, temp_home: Path, tmp_path: Path,
                                tool_cache: Path, tool_path: str, sandbox: Any,
                                tier_rows: list[dict[str, Any]]) -> None:
+    check_declared(tool, form)
+    assert ADAPTERS[tool].package is not None, f"{tool} declares a one_shot but no package: the tier cannot install it"
     spec = ONE_SHOTS[tool]
     binary = find_binary(spec, tool_cache.joinpath("bin").as_posix())
     assert binary is not None, f"{spec.binaries} not in {tool_cache / 'bin'} (rerun tests/realtools/ensure_tools.sh)"
@@ -118,7 +112,7 @@ def test_tool_uses_the_profile(tool: str, form: str, dirty: bool, temp_home: Pat
     env = tool_env(temp_home, tool_path, spec)
     version = version_of(sandbox, spec, binary, env, project)
     result = sandbox.run(ToolRun(argv=spec.argv(binary, PROMPT), env=env, cwd=project, timeout_s=spec.timeout_s))
-    model_reqs = [r for r in result.requests if r.path.split("?")[0] in ROUTES[tool]]
+    model_reqs = [r for r in result.requests if r.path.split("?")[0] in routes(tool, MODEL)]
     row = {"tool": tool, "version": version, "form": form, "key": "dirty" if dirty else "clean",
            "path_hit": bool(model_reqs), "auth_ok": bool(model_reqs) and all(r.auth_value == KEY for r in model_reqs),
            "model_ok": bool(model_reqs) and all(r.model == MODEL for r in model_reqs),
@@ -128,7 +122,7 @@ def test_tool_uses_the_profile(tool: str, form: str, dirty: bool, temp_home: Pat
     tier_rows.append(row)
     why = (f"{tool} {version} ({form}): exit {result.exit_code}, timed out {result.timed_out}, "
            f"requests {row['paths']}\nstderr: {result.stderr_tail[-1500:]}\nstdout: {result.stdout_tail[-800:]}")
-    assert model_reqs, f"no request on {ROUTES[tool]}: {why}"
+    assert model_reqs, f"no request on {routes(tool, MODEL)}: {why}"
     assert row["auth_ok"], f"a model request did not carry exactly the key: " \
                            f"{[(r.auth_header, r.to_json()['auth_value']) for r in model_reqs]}"
     assert row["model_ok"], f"a model request asked another model: {[r.model for r in model_reqs]}"
@@ -148,7 +142,7 @@ def test_without_sync_nothing_reaches_the_gateway(tool: str, temp_home: Path, tm
     env = {**tool_env(temp_home, tool_path, spec), "OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY}
     # Both retry their vendor's host until stopped: 8 s is enough for the first look-up.
     result = sandbox.run(ToolRun(argv=spec.argv(binary, PROMPT), env=env, cwd=project, timeout_s=8))
-    assert [r for r in result.requests if r.path.split("?")[0] in ROUTES[tool]] == [], result.requests
+    assert [r for r in result.requests if r.path.split("?")[0] in routes(tool, MODEL)] == [], result.requests
     if sandbox.isolated:
         assert VENDOR_HOSTS[tool] in result.dns_names, result.dns_names
 
@@ -156,7 +150,7 @@ def test_without_sync_nothing_reaches_the_gateway(tool: str, temp_home: Path, tm
 def test_gemini_untrusted_folder_ignores_conduits_files(temp_home: Path, tmp_path: Path, tool_cache: Path,
                                                         tool_path: str, sandbox: Any) -> None:
     """Without ``[tools.gemini] trust`` the project folder is untrusted: Gemini CLI does not read
-    ``~/.gemini/.env`` and exits without a model request (shared/formats/real-tools.md: exit 41)."""
+    ``~/.gemini/.env`` and exits without a model request (docs/formats/real-tools.md: exit 41)."""
     spec = ONE_SHOTS["gemini"]
     binary = find_binary(spec, tool_cache.joinpath("bin").as_posix())
     assert binary is not None
@@ -166,5 +160,5 @@ def test_gemini_untrusted_folder_ignores_conduits_files(temp_home: Path, tmp_pat
     sync(temp_home)
     env = tool_env(temp_home, tool_path, spec)
     result = sandbox.run(ToolRun(argv=spec.argv(binary, PROMPT), env=env, cwd=project, timeout_s=spec.timeout_s))
-    assert [r for r in result.requests if r.path.split("?")[0] in ROUTES["gemini"]] == [], result.requests
+    assert [r for r in result.requests if r.path.split("?")[0] in routes("gemini", MODEL)] == [], result.requests
     assert result.exit_code not in (0, None), (result.exit_code, result.stderr_tail[-800:])

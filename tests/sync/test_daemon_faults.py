@@ -1,8 +1,8 @@
-"""`conduit daemon` under real faults (issue 11): re-watching during an event storm, systemd's watchdog, a stalled
+"""`conduit daemon` under real faults: re-watching during an event storm, systemd's watchdog, a stalled
 loop seen by doctor, a state directory it cannot write, temp files a killed daemon left, a canary key.
 
 Real processes only: the daemon is ``python -m conduit.daemon.cli daemon`` under the test's HOME (daemonproc).
-Every wait is bounded; the only time limits asserted are the ones issue 11 names (SIGTERM within 5 s).
+Every wait is bounded; the only time limit asserted is the one docs/cases.md C21 names (SIGTERM within 5 s).
 """
 
 from __future__ import annotations

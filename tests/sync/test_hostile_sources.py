@@ -1,4 +1,4 @@
-"""Issue 11, items 4, 6 and 11: nothing a person names can hang conduit, exhaust its memory, outlive it or leak
+"""Nothing a person names can hang conduit, exhaust its memory, outlive it or leak
 through it.
 
 Real parts only: the ``conduit`` CLI run as a subprocess under the temporary HOME (with an address-space limit,

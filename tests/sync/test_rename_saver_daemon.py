@@ -2,7 +2,7 @@
 ``on_drift = "reapply"`` and a profile saved every half second: the saver loses no key, ever.
 
 This is the one long test of the default run (about 65 s); it runs there on purpose, since the race it guards
-against (issue 11, item 3: a save landing between conduit's last re-read and its rename) shows only over time.
+against (a save landing between conduit's last re-read and its rename) shows only over time.
 """
 
 from __future__ import annotations

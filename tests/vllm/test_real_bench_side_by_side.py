@@ -1,4 +1,4 @@
-"""`conduit bench` and `vllm bench serve` side by side against one real vLLM CPU server (issue 15).
+"""`conduit bench` and `vllm bench serve` side by side against one real vLLM CPU server.
 
 One server for the module (the tiny random-weight Llama, ``max_num_seqs = 4``, so the curve must flatten at
 concurrency 4). At each concurrency level both tools send the same number of requests with the same lengths

