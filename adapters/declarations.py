@@ -116,12 +116,18 @@ class Package:
         registry: ``npm`` or ``pypi``.
         name / version: e.g. ``"@openai/codex"`` / ``"0.171.0"``.
         commands: the command names it provides, e.g. ``("codex",)``.
+        recipe: None for the default install (npm: the shared ``npm install --prefix``, on the system Node;
+            PyPI: a venv of its own with the default Python); else the name of a shell function
+            ``recipe_<name>`` in ``tests/realtools/ensure_tools.sh`` that installs this package into
+            ``CACHE/<tool>`` with its commands in ``CACHE/<tool>/bin`` (a package that needs another runtime,
+            such as Node 24 or Python 3.12+, or install steps of its own).
     """
 
     registry: Literal["npm", "pypi"]
     name: str
     version: str
     commands: tuple[str, ...]
+    recipe: str | None = None
 
     @property
     def pin(self) -> str:

@@ -30,11 +30,17 @@ LISTING="$("$PY_CONDUIT" "$HERE/tier.py" packages)" || {
 NPM_PINS=()
 PIP_PINS=()
 PIP_TOOLS=()      # "<tool> <pin> <command>..." per PyPI package
+RECIPE_TOOLS=()   # "<recipe> <tool> <pin> <command>..." per package with an install recipe of its own
+RECIPE_PINS=()
 COMMANDS=()       # the npm packages' commands
 ALL_COMMANDS=()
 while read -r registry tool pin commands; do
     [ -n "$registry" ] || continue
     read -ra cmds <<<"$commands"
+    if [[ "$registry" == *:* ]]; then   # <registry>:<recipe>: installed by recipe_<recipe> into CACHE/<tool>
+        RECIPE_TOOLS+=("${registry#*:} $tool $pin $commands"); RECIPE_PINS+=("$pin (${registry#*:})")
+        ALL_COMMANDS+=("${cmds[@]}"); continue
+    fi
     case "$registry" in
         npm) NPM_PINS+=("$pin"); COMMANDS+=("${cmds[@]}") ;;
         pypi) PIP_PINS+=("$pin"); PIP_TOOLS+=("$tool $pin $commands") ;;
@@ -42,7 +48,7 @@ while read -r registry tool pin commands; do
     esac
     ALL_COMMANDS+=("${cmds[@]}")
 done <<<"$LISTING"
-PINNED="$(printf '%s\n' "${NPM_PINS[@]}" "${PIP_PINS[@]}")"
+PINNED="$(printf '%s\n' "${NPM_PINS[@]}" "${PIP_PINS[@]}" "${RECIPE_PINS[@]}")"
 HASH="$(printf '%s' "$PINNED" | sha256sum | cut -c1-10)"
 CACHE="${1:-${CONDUIT_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/conduit-ci/tools-$HASH}}"
 STAMP="$CACHE/.conduit-ready"
@@ -65,6 +71,9 @@ unreachable_or_fail() {  # $1: what failed; exit 3 when the log shows a network 
     echo "$1 failed: $(grep -iE "^(npm )?ERR|^ERROR" "$LOG" | tail -n 1 | cut -c1-300) (log: $LOG)" >&2
     exit 1
 }
+
+# Install recipes (``Package.recipe`` in conduit.adapters.declarations): ``recipe_<name> DEST PIN`` installs PIN
+# into DEST (``CACHE/<tool>``) with the package's commands in DEST/bin; its output goes to the log.
 
 if ready; then echo "$CACHE"; exit 0; fi
 
@@ -95,6 +104,13 @@ for entry in "${PIP_TOOLS[@]}"; do
     echo "$tool done at $(( $(date +%s) - start )) s" >>"$LOG"
 done
 
+for entry in "${RECIPE_TOOLS[@]}"; do
+    read -r recipe tool pin _ <<<"$entry"
+    declare -F "recipe_$recipe" >/dev/null || { echo "no install recipe 'recipe_$recipe' for $tool in $0" >&2; exit 1; }
+    "recipe_$recipe" "$CACHE/$tool" "$pin" >>"$LOG" 2>&1 || unreachable_or_fail "recipe_$recipe $pin"
+    echo "$tool done at $(( $(date +%s) - start )) s" >>"$LOG"
+done
+
 mkdir -p "$CACHE/bin"
 for c in "${COMMANDS[@]}"; do
     [ -e "$CACHE/npm/node_modules/.bin/$c" ] || { echo "npm installed no command '$c' ($CACHE/npm)" >&2; exit 1; }
@@ -104,6 +120,13 @@ for entry in "${PIP_TOOLS[@]}"; do
     read -r tool _ commands <<<"$entry"
     for c in $commands; do
         [ -x "$CACHE/$tool/bin/$c" ] || { echo "pip installed no command '$c' ($CACHE/$tool)" >&2; exit 1; }
+        ln -sfn "../$tool/bin/$c" "$CACHE/bin/$c"
+    done
+done
+for entry in "${RECIPE_TOOLS[@]}"; do
+    read -r _ tool _ commands <<<"$entry"
+    for c in $commands; do
+        [ -x "$CACHE/$tool/bin/$c" ] || { echo "recipe installed no command '$c' ($CACHE/$tool/bin)" >&2; exit 1; }
         ln -sfn "../$tool/bin/$c" "$CACHE/bin/$c"
     done
 done

@@ -85,8 +85,10 @@ def packages() -> list[tuple[str, Package]]:
 
 
 def package_lines() -> list[str]:
-    """``<registry> <tool> <pin> <command>...`` per package (``npm codex @openai/codex@0.171.0 codex``)."""
-    return [" ".join((p.registry, t, p.pin, *p.commands)) for t, p in packages()]
+    """``<registry>[:<recipe>] <tool> <pin> <command>...`` per package (``npm codex @openai/codex@0.171.0
+    codex``; ``npm:node24 openclaw openclaw@2026.9.6 openclaw`` for one installed by ``recipe_node24``)."""
+    return [" ".join((p.registry + (f":{p.recipe}" if p.recipe else ""), t, p.pin, *p.commands))
+            for t, p in packages()]
 
 
 if __name__ == "__main__":
