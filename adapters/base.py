@@ -18,7 +18,7 @@ from typing import ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from conduit.adapters.declarations import Blocker, Competing, OneShot, Package
+from conduit.adapters.declarations import Blocker, Competing, ConfiguredBy, OneShot, Package
 from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
 from conduit.adapters.limits import LimitLedger
 
@@ -273,6 +273,12 @@ class Adapter(Protocol):
             True}``; Cline ``{"generation": "C"}``), used by ``conduit verify`` and the real-tool tier.
     Optional: verify_env: variables ``conduit verify`` sets for the run, each to a path relative to its
         temporary HOME (Aider's history files); default ``{}``.
+    Optional: configured_by: ``files`` (default: ``conduit sync`` writes the tool's files) or ``environment``
+        (the tool reads its gateway, key and model only from variables: ``plan`` returns ``[]`` and ``run_env``
+        says everything; GitHub Copilot CLI).
+    Optional: run_env: the method ``run_env(settings, env)``: the variables one session of the tool is started
+        with by ``conduit run`` and printed by ``conduit env`` (``{VAR: value}``; ``None`` means "unset for the
+        session"); default ``{}`` (configured by its files).
     """
 
     name: ClassVar[str]
@@ -293,6 +299,12 @@ class Adapter(Protocol):
     base_forms: ClassVar[tuple[str, ...]]
     model_routes: ClassVar[tuple[str, ...]]
     fresh_options: ClassVar[Mapping[str, object]]
+    configured_by: ClassVar[ConfiguredBy]
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """The environment of one session with ``settings``: ``{VAR: value}``, ``None`` = unset it; ``{}`` for a
+        tool configured only by its files. Pure (reads nothing); never raises."""
+        ...
 
     def verify_files(self, env: Env) -> list[Path]:
         """Paths (files, or directories copied whole) of the tool's files ``conduit verify`` copies besides
@@ -335,6 +347,11 @@ class AdapterDefaults:
     writes_context: ClassVar[bool] = False
     keeps_user_choice: ClassVar[bool] = False
     verify_env: ClassVar[Mapping[str, str]] = {}
+    configured_by: ClassVar[ConfiguredBy] = "files"
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """No variables: the tool is configured by its files."""
+        return {}
 
     def discover(self, env: Env) -> Proposal | None:
         """Nothing to propose."""

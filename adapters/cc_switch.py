@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from conduit.adapters.base import (
     FROM_CONDUIT,
@@ -67,7 +67,7 @@ class CCSwitchOptions(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    dir: str | None = None
+    dir: str | None = Field(default=None, max_length=4096)  # PATH_MAX: a longer one is no directory
     make_current: bool = True
 
 
@@ -143,8 +143,10 @@ class CCSwitch(AdapterDefaults):
     fresh_options: ClassVar[Mapping[str, object]] = {}
 
     def verify_files(self, env: Env) -> list[Path]:
-        """None: ``conduit verify`` does not run CC Switch (no command line)."""
-        return []
+        """The store (``cc-switch.db``, and the legacy ``config.json``): what decides which provider CC Switch
+        writes into Claude Code. ``conduit verify`` never runs CC Switch (no command line)."""
+        d = self.store_dir(env)
+        return [d / "cc-switch.db", d / "config.json"]
 
     @staticmethod
     def store_dir(env: Env, options: CCSwitchOptions | None = None) -> Path:

@@ -18,13 +18,30 @@ Facts (docs/formats/claude-code.md, from Claude Code's docs, changelog and issue
   (docs rank it below the env keys; versions differ); a settings ``model`` key wins over ``ANTHROPIC_MODEL`` in
   practice (anthropics/claude-code #42901, #69296); the auth variable conduit does not write, exported in the
   shell, makes an auth conflict.
+
+Limits and the local-server switch (read in the ``@anthropic-ai/claude-code`` 2.1.197 binary, ``bin/claude.exe``,
+a compiled bundle whose JavaScript is plain text in it; proven with the real binary by
+tests/realtools/test_realtools_context.py, details in docs/formats/claude-code.md):
+- ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``: the request's ``max_tokens`` (parsed, capped at the model's upper limit; a
+  model id Claude Code does not know gets the default 32000 and the upper limit 128000). A 32k-context vLLM
+  answers that default with HTTP 400.
+- ``CLAUDE_CODE_MAX_CONTEXT_TOKENS``: the context window of a model whose id does not start with ``claude-``
+  (else 200000); the auto-compact threshold (window - min(output, 20000) - 13000) and ``/context``'s total
+  follow from it. ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` (and the ``autoCompactWindow`` setting) is raised to at
+  least 100000 by the binary, so it cannot say 32768: not written.
+- ``CLAUDE_CODE_ATTRIBUTION_HEADER``: a false value (``0``, ``false``, ``no``, ``off``) drops the first system
+  block, ``x-anthropic-billing-header: cc_version=2.1.197.<3 hex>; cc_entrypoint=...;``, whose 3 hex digits
+  hash characters of the first user message: each conversation starts with another system prompt, which
+  defeats a local vLLM's prefix cache. Written for a local channel only (``is_local``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from conduit.adapters.base import (
     AdapterDefaults,
@@ -55,6 +72,15 @@ DEPRECATED_VARS = ("ANTHROPIC_SMALL_FAST_MODEL",)
 MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
 CLOUD_SWITCHES = {"CLAUDE_CODE_USE_BEDROCK": "Amazon Bedrock", "CLAUDE_CODE_USE_VERTEX": "Google Vertex AI",
                   "CLAUDE_CODE_USE_FOUNDRY": "Microsoft Foundry"}
+LIMIT_VARS = ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "CLAUDE_CODE_ATTRIBUTION_HEADER")
+"""The variables conduit owns only while they hold what it wrote (``conduit.adapters.limits``), with
+``API_TIMEOUT_MS``."""
+LEDGER_VARS = ("API_TIMEOUT_MS", *LIMIT_VARS)
+LOCAL_CHANNEL = "local"
+"""The channel a profile's ``[vllm]`` table defines (``conduit.daemon.config.profile.LOCAL_CHANNEL``)."""
+OUTPUT_SHARE = 4
+"""Claude Code's output limit is at most ``window // OUTPUT_SHARE``: its own first request (system prompt and
+24 tool definitions, about 77 kB of JSON, some 19k tokens in 2.1.197) needs the other three quarters."""
 MODEL_ALIASES = frozenset({"default", "sonnet", "opus", "haiku", "opusplan"})
 """``model`` values Claude Code resolves through the ``ANTHROPIC_DEFAULT_*_MODEL`` slots conduit writes."""
 
@@ -84,6 +110,40 @@ def anthropic_env(settings: ToolSettings) -> dict[str, str | None]:
     return env
 
 
+def is_local(settings: ToolSettings) -> bool:
+    """Whether the channel is a server of the person's own: the ``[vllm]`` table's channel (named ``local``), or
+    a root whose host is ``localhost`` (or ``*.localhost``) or a loopback, private-network or link-local IP
+    address. Host names are not resolved (a render never touches the network)."""
+    host = (urlsplit(settings.root.url).hostname or "").lower()
+    if settings.channel == LOCAL_CHANNEL or host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local
+
+
+def output_limit(context_window: int | None, max_output: int | None) -> int | None:
+    """Claude Code's ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` in tokens: the channel's output limit, at most a quarter
+    of the window (``OUTPUT_SHARE``) when the window is known, the quarter when only the window is known, None
+    when neither is. The catalog already keeps a limit to half the window (``conduit.daemon.catalog.context``);
+    Claude Code's own prompt needs more than half of a small one, so a quarter here."""
+    if context_window is None:
+        return max_output
+    quarter = max(1, context_window // OUTPUT_SHARE)
+    return quarter if max_output is None else max(1, min(max_output, quarter))
+
+
+def limit_env(settings: ToolSettings) -> dict[str, str | None]:
+    """The wanted values of ``LIMIT_VARS`` (strings, as ``env`` holds them; None: "not conduit's now")."""
+    out = output_limit(settings.context_window, settings.max_output_tokens)
+    return {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": None if out is None else str(out),
+            "CLAUDE_CODE_MAX_CONTEXT_TOKENS": (None if settings.context_window is None
+                                               else str(settings.context_window)),
+            "CLAUDE_CODE_ATTRIBUTION_HEADER": "0" if is_local(settings) else None}
+
+
 def merge_env(current: Any, wanted: Mapping[str, str | None]) -> dict[str, Any]:
     """Apply ``wanted`` to an ``env`` object: set or remove owned variables, keep every other one in place.
 
@@ -111,8 +171,9 @@ class ClaudeCode(AdapterDefaults):
     display_name: ClassVar[str] = "Claude Code"
     protocol: ClassVar[Protocol_] = "anthropic"
     owned_keys: ClassVar[tuple[str, ...]] = tuple(
-        f"env.{v}" for v in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS, *DEPRECATED_VARS, "API_TIMEOUT_MS"))
+        f"env.{v}" for v in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS, *DEPRECATED_VARS, *LEDGER_VARS))
     discover_rank: ClassVar[int] = 0  # conduit init reads Claude Code, Cline, then CC Switch
+    writes_context: ClassVar[bool] = True  # CLAUDE_CODE_MAX_OUTPUT_TOKENS / _MAX_CONTEXT_TOKENS in its env
     restart_hint: ClassVar[str | None] = ("restart running Claude Code sessions: some versions read env only at "
                                           "start-up")
     env_vars: ClassVar[tuple[str, ...]] = ("CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL",
@@ -132,6 +193,13 @@ class ClaudeCode(AdapterDefaults):
     model_routes: ClassVar[tuple[str, ...]] = ("/api/v1/messages",)
     fresh_options: ClassVar[Mapping[str, object]] = {}
 
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """The same ``env`` entries as the settings file (``anthropic_env``), for one session (``conduit run`` /
+        ``conduit env``): ``None`` unsets the other auth variable and the deprecated one. A settings file's
+        ``env`` beats an exported variable, so ``conduit run`` also points ``CLAUDE_CONFIG_DIR`` at a temporary
+        copy of the user's files re-rendered with these settings."""
+        return anthropic_env(settings)
+
     def verify_files(self, env: Env) -> list[Path]:
         """settings.json, settings.local.json, .credentials.json, CLAUDE.md and the state file ``.claude.json``
         (in ``$CLAUDE_CONFIG_DIR`` when set, else ``~``)."""
@@ -147,7 +215,7 @@ class ClaudeCode(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One JSON target: merge the owned ``env`` entries into settings.json, keep everything else."""
-        wanted = anthropic_env(settings)
+        wanted = {**anthropic_env(settings), **limit_env(settings)}
         path = self.settings_path(env)
         ledger = settings.limits or LimitLedger()
 
@@ -155,11 +223,14 @@ class ClaudeCode(AdapterDefaults):
             if "env" in doc and not isinstance(doc["env"], dict):
                 raise ToolFileError(f"{path}: `env` is a {type(doc['env']).__name__}, not an object",
                                     "Claude Code expects \"env\": {...}; fix it by hand, conduit left the file alone")
-            # API_TIMEOUT_MS is conduit's only while it holds what conduit wrote (conduit.adapters.limits): with
-            # no channel timeout now, that value goes (the one it replaced comes back); the person's own stays
-            timeout = ledger.settle(path, "env.API_TIMEOUT_MS", _env_of(doc).get("API_TIMEOUT_MS", ABSENT),
-                                    wanted["API_TIMEOUT_MS"])
-            doc["env"] = merge_env(doc.get("env"), {**wanted, "API_TIMEOUT_MS": None if timeout is ABSENT else timeout})
+            # API_TIMEOUT_MS and the limits are conduit's only while they hold what conduit wrote
+            # (conduit.adapters.limits): with no channel timeout, window or local channel now, that value goes
+            # (the one it replaced comes back); the person's own stays
+            current = _env_of(doc)
+            settled = {var: ledger.settle(path, f"env.{var}", current.get(var, ABSENT), wanted[var])
+                       for var in LEDGER_VARS}
+            doc["env"] = merge_env(doc.get("env"), {**wanted, **{var: None if value is ABSENT else value
+                                                                 for var, value in settled.items()}})
             return doc
 
         return [json_target(path, transform, secret_keys=SECRET_VARS, label="settings.json")]
@@ -184,7 +255,8 @@ class ClaudeCode(AdapterDefaults):
                    + ("; " + base.why.split("; ", 1)[1] if base.why and "is ignored" in base.why else ""))
         details = {
             "file": str(path), "exists": path.exists(), "parse_error": error, "version": version,
-            "owned": {k: _mask(k, user_env.get(k)) for k in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS)
+            "owned": {k: _mask(k, user_env.get(k)) for k in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS,
+                                                              *LEDGER_VARS)
                       if k in user_env},
             "auth_conflict": conflict,
         }
@@ -196,7 +268,7 @@ class ClaudeCode(AdapterDefaults):
         """Cloud-provider switches, ``apiKeyHelper``, a competing ``model`` key, a higher layer's own values, and
         the other auth variable exported in the shell (see the module docstring)."""
         docs = _layers(env, self.settings_path(env))
-        wanted = anthropic_env(settings)
+        wanted = {**anthropic_env(settings), **{k: v for k, v in limit_env(settings).items() if v is not None}}
         out = _cloud_switches(docs, env)
         for path, doc, _ in docs:
             if doc.get("apiKeyHelper"):
@@ -209,7 +281,7 @@ class ClaudeCode(AdapterDefaults):
                                f"ANTHROPIC_MODEL = \"{settings.model}\"", f"remove \"model\" from {model[0]} (or "
                                "run /model default in Claude Code)"))
         for path, doc, higher in docs:
-            for var in ("ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL"):
+            for var in ("ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL", *(v for v in LIMIT_VARS if v in wanted)):
                 if higher and var in _env_of(doc) and _env_of(doc)[var] != wanted.get(var):
                     out.append(Blocker("overridden", str(path), f"{var} = {_mask(var, _env_of(doc)[var])} in {path} "
                                        "ranks above the user settings.json that conduit writes",
@@ -294,4 +366,5 @@ def _effective(var: str, user_env: dict[str, Any], layers: list[tuple[str, Path]
     return Effective(None, None, False, "not set anywhere")
 
 
-__all__ = ["ClaudeCode", "anthropic_env", "anthropic_proposal", "merge_env"]
+__all__ = ["ClaudeCode", "anthropic_env", "anthropic_proposal", "is_local", "limit_env", "merge_env",
+           "output_limit"]

@@ -22,9 +22,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 BlockerState = Literal["overridden", "untrusted", "refused"]
+ConfiguredBy = Literal["files", "environment"]
+"""How a tool takes its gateway, key and model: from its own ``files`` (conduit sync rewrites them), or only from
+the ``environment`` it is started with (GitHub Copilot CLI: ``conduit run`` / ``conduit env`` give it the
+adapter's ``run_env``; ``conduit sync`` writes nothing for it)."""
 
 __all__ = ["OPENAI_BASE", "OPENAI_FORMS", "OPENAI_KEY", "OPENAI_MODEL", "OPENAI_ROUTES", "Blocker", "BlockerState",
-           "Competing", "OneShot", "Package", "git_root", "read_env_quietly"]
+           "Competing", "ConfiguredBy", "NO_CUSTOM_GATEWAY", "NoGateway", "OneShot", "Package", "git_root",
+           "read_env_quietly"]
 
 OPENAI_MODEL = ("OPENAI_MODEL",)
 """Exported variables that can set an OpenAI-SDK client's model."""
@@ -162,3 +167,34 @@ class Competing:
         return out + [Blocker("overridden", str(cwd / rel), "a project file ranks above the file conduit writes",
                               f"remove the gateway settings from {cwd / rel}") for rel in self.files
                       if (cwd / rel).is_file()]
+
+
+@dataclass(frozen=True)
+class NoGateway:
+    """A tool that cannot send its model requests to a custom gateway, so conduit has no adapter for it: it is
+    declared here and reported, never faked (docs/design.md "A tool is its adapter").
+
+    Attributes:
+        name / display_name: the tool's name (as ``conduit doctor --json`` keys it) and its name for people.
+        binaries: command names that mean the tool is installed (looked for on ``PATH``).
+        why: one sentence, with the tool's own documentation it comes from.
+    """
+
+    name: str
+    display_name: str
+    binaries: tuple[str, ...]
+    why: str
+
+
+NO_CUSTOM_GATEWAY: tuple[NoGateway, ...] = (
+    NoGateway("amp", "Amp", ("amp",),
+              "Amp sends every model request through Amp's own service (the amp.url setting names that service, "
+              "not a model gateway) and picks its models itself; it takes no base URL, key or model of another "
+              "gateway (ampcode.com, Owner's Manual)"),
+    NoGateway("cursor-agent", "Cursor CLI", ("cursor-agent",),
+              "Cursor's CLI signs in to a Cursor account (agent login or CURSOR_API_KEY, a Cursor key) and sends "
+              "every request to Cursor's backend; the editor's Override OpenAI Base URL does not apply to it "
+              "(cursor.com/docs/cli, Authentication)"),
+)
+"""The tools ``conduit doctor`` names, when one of their ``binaries`` is on ``PATH``, as unable to use the
+profile's gateway."""

@@ -102,6 +102,8 @@ class ClientView:
         model: the model id it requests.
         endpoint: the path it appends: ``chat/completions`` or ``responses``.
         key_files: the files that hold the key (created 0600).
+        key_env: the environment variable the client reads its key from instead of its files (Zed: conduit
+            delivers no key to the tool), or None when the key is in ``key_files``.
     """
 
     base_url: str
@@ -109,3 +111,4 @@ class ClientView:
     model: str
     endpoint: str = "chat/completions"
     key_files: tuple[Path, ...] = ()
+    key_env: str | None = None

@@ -18,6 +18,11 @@ Facts (google-gemini/gemini-cli ``packages/cli/src/config/settings.ts`` ``findEn
 - Folder trust decides whether any of this is read (``conduit.adapters.formats.trustedfolders``): ``[tools.gemini]
   trust = ["~/src", ...]`` adds those folders to ``trustedFolders.json`` as ``TRUST_FOLDER``, and doctor says
   ``untrusted`` for a working folder Gemini CLI does not trust.
+- No context-window or output-limit key is written (read in the ``@google/gemini-cli`` 0.61.0 bundle,
+  ``bundle/chunk-*.js``): a model's window is a fixed table in ``tokenLimit`` (1048576 for a model id it does
+  not know), with no setting for it; ``model.compressionThreshold`` (default 0.5) is a fraction of that fixed
+  figure, not a token count; the main chat sends no ``maxOutputTokens`` unless a ``modelConfigs`` override adds
+  one, so no default output limit can overflow a small server. ``writes_context`` stays False.
 """
 
 from __future__ import annotations

@@ -131,65 +131,18 @@ class OpenCode(AdapterDefaults):
         if not path.parent.is_dir() and not opts.create:
             raise NotFound(f"OpenCode not found: no {path.parent}; install OpenCode, or set [tools.opencode] "
                            "create = true")
-        key = settings.key_or_placeholder
-        targets: list[Target] = []
-        if opts.key_source == "file":
-            kf = key_file(settings.channel, env)
-            targets.append(plain_target(kf, key, label=f"tool-keys/{kf.name}"))
-            api_key = f"{{file:{kf}}}"
-        else:
-            api_key = f"{{env:{KEY_VAR}}}"
-        models = [settings.model] + ([settings.small_model] if settings.small_model
-                                     and settings.small_model != settings.model else [])
-
-        def edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
-            base = ("provider", PROVIDER_ID)
-            current = (doc.get("provider") or {}).get(PROVIDER_ID) if isinstance(doc.get("provider"), dict) else None
-            known = dict(current.get("models") or {}) if isinstance(current, dict) else {}
-            out: list[tuple[tuple[str, ...], Any]] = [
-                ((*base, "npm"), "@ai-sdk/openai-compatible"),
-                ((*base, "name"), f"conduit ({settings.channel})"),
-                ((*base, "options", "baseURL"), settings.root.openai_base()),
-                ((*base, "options", "apiKey"), api_key),
-            ]
-            out += [((*base, "models", m), _with_limit(known.get(m) or {"name": m}, settings)
-                     if m == settings.model else known.get(m) or {"name": m}) for m in models]
-            out.append((("model",), f"{PROVIDER_ID}/{settings.model}"))
-            small = _settle_small_model(doc, settings, ledger, path)
-            drop[:] = [small is ABSENT and "small_model" in doc]
-            if small is not ABSENT and small != doc.get("small_model", ABSENT):
-                out.append((("small_model",), small))
-            return out
-
-        ledger, drop = settings.limits or LimitLedger(), [False]
-        target = jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name)
-        render = target.render
-
-        def render_then_drop(text: str | None) -> str:
-            new = render(text)  # runs edits, which say whether conduit's small_model goes
-            return _drop_small_model(new, path) if drop[0] else new
-
-        targets.append(dataclasses.replace(target, render=render_then_drop))
-        return targets
+        return provider_targets(settings, path, env, opts.key_source)
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, the conduit provider, and the layers that override the global file."""
         path = config_file(env)
-        doc, error = _read(path)
-        options = _options(doc)
-        api_key = options.get("apiKey")
-        effective = _overrides(doc, path, env)
+        doc, error = read_config(path)
+        effective = _overrides(doc, path, env) | unexported_key(doc, env)
         if env.get("OPENCODE_CONFIG_CONTENT"):
             effective["OPENCODE_CONFIG_CONTENT"] = Effective("(set)", "shell environment", True,
                                                              "inline config ranks above every file")
-        if isinstance(api_key, str) and api_key.startswith("{env:") and not env.get(api_key[5:-1]):
-            effective[api_key[5:-1]] = Effective(None, None, False,
-                                                 "the key is referenced from the environment but not exported")
         details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": {"baseURL": options.get("baseURL"),
-                             "apiKey": api_key if isinstance(api_key, str) and api_key.startswith("{") else
-                             ("(literal key)" if api_key else None),
-                             "model": doc.get("model"), "small_model": doc.get("small_model")},
+                   "owned": owned_values(doc),
                    "version": tool_version("opencode")}
         return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
                          effective=effective)
@@ -197,32 +150,106 @@ class OpenCode(AdapterDefaults):
     def client_view(self, env: Env) -> ClientView | None:
         """What OpenCode sends for ``model = "<provider>/<model>"``: the provider's ``options.baseURL`` and its
         ``apiKey`` with ``{file:...}`` (the file's text, trimmed) and ``{env:...}`` substituted."""
-        doc, _ = _read(config_file(env))
-        provider_id, _, model = str(doc.get("model") or "").partition("/")
-        options = _options(doc, provider_id)
-        if not options.get("baseURL"):
-            return None
-        key = str(options.get("apiKey") or "")
-        key_files: tuple[Path, ...] = ()
-        if key.startswith("{file:") and key.endswith("}"):
-            kf = Path(key[6:-1]).expanduser()
-            try:
-                key, key_files = kf.read_text(encoding="utf-8").strip(), (kf,)
-            except (OSError, UnicodeDecodeError):
-                key = ""
-        elif key.startswith("{env:") and key.endswith("}"):
-            key = env.get(key[5:-1]) or ""
-        return ClientView(str(options["baseURL"]), key, model, key_files=key_files)
+        return provider_view(read_config(config_file(env))[0], env)
 
 
-def _read(path: Path) -> tuple[dict[str, Any], str | None]:
-    """A JSONC file and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
+def provider_view(doc: dict[str, Any], env: Env) -> ClientView | None:
+    """What an OpenCode-format client (OpenCode, Kilo CLI) sends for ``doc``'s ``model = "<provider>/<model>"``:
+    the provider's ``options.baseURL`` and its ``apiKey`` with ``{file:...}`` (the file's text, trimmed) and
+    ``{env:...}`` substituted; None when that provider has no ``baseURL``."""
+    provider_id, _, model = str(doc.get("model") or "").partition("/")
+    options = _options(doc, provider_id)
+    if not options.get("baseURL"):
+        return None
+    key = str(options.get("apiKey") or "")
+    key_files: tuple[Path, ...] = ()
+    if key.startswith("{file:") and key.endswith("}"):
+        kf = Path(key[6:-1]).expanduser()
+        try:
+            key, key_files = kf.read_text(encoding="utf-8").strip(), (kf,)
+        except (OSError, UnicodeDecodeError):
+            key = ""
+    elif key.startswith("{env:") and key.endswith("}"):
+        key = env.get(key[5:-1]) or ""
+    return ClientView(str(options["baseURL"]), key, model, key_files=key_files)
+
+
+def provider_targets(settings: ToolSettings, path: Path, env: Env, key_source: str) -> list[Target]:
+    """The targets that point an OpenCode-format config (OpenCode, Kilo CLI) at ``settings``: for ``key_source``
+    ``file`` the key file (``key_file``, 0600) and an ``apiKey`` of ``{file:<it>}``, for ``env`` an ``apiKey`` of
+    ``{env:CONDUIT_API_KEY}``; then the JSONC edits of ``path`` (``provider.conduit``, its models with ``limit``,
+    ``model``, ``small_model``; comments and every other key kept). ``path`` may be missing (created)."""
+    key = settings.key_or_placeholder
+    targets: list[Target] = []
+    if key_source == "file":
+        kf = key_file(settings.channel, env)
+        targets.append(plain_target(kf, key, label=f"tool-keys/{kf.name}"))
+        api_key = f"{{file:{kf}}}"
+    else:
+        api_key = f"{{env:{KEY_VAR}}}"
+    models = [settings.model] + ([settings.small_model] if settings.small_model
+                                 and settings.small_model != settings.model else [])
+
+    def edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
+        base = ("provider", PROVIDER_ID)
+        current = (doc.get("provider") or {}).get(PROVIDER_ID) if isinstance(doc.get("provider"), dict) else None
+        known = dict(current.get("models") or {}) if isinstance(current, dict) else {}
+        out: list[tuple[tuple[str, ...], Any]] = [
+            ((*base, "npm"), "@ai-sdk/openai-compatible"),
+            ((*base, "name"), f"conduit ({settings.channel})"),
+            ((*base, "options", "baseURL"), settings.root.openai_base()),
+            ((*base, "options", "apiKey"), api_key),
+        ]
+        out += [((*base, "models", m), _with_limit(known.get(m) or {"name": m}, settings)
+                 if m == settings.model else known.get(m) or {"name": m}) for m in models]
+        out.append((("model",), f"{PROVIDER_ID}/{settings.model}"))
+        small = _settle_small_model(doc, settings, ledger, path)
+        drop[:] = [small is ABSENT and "small_model" in doc]
+        if small is not ABSENT and small != doc.get("small_model", ABSENT):
+            out.append((("small_model",), small))
+        return out
+
+    ledger, drop = settings.limits or LimitLedger(), [False]
+    target = jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name)
+    render = target.render
+
+    def render_then_drop(text: str | None) -> str:
+        new = render(text)  # runs edits, which say whether conduit's small_model goes
+        return _drop_small_model(new, path) if drop[0] else new
+
+    targets.append(dataclasses.replace(target, render=render_then_drop))
+    return targets
+
+
+def read_config(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A JSONC config file (OpenCode, Kilo CLI) and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
     try:
         return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
     except FileNotFoundError:
         return {}, None
     except (ToolFileError, OSError, UnicodeDecodeError) as exc:
         return {}, str(exc)
+
+
+def owned_values(doc: dict[str, Any]) -> dict[str, Any]:
+    """The values conduit owns in an OpenCode-format config, for doctor: ``baseURL``, ``apiKey`` (a reference as
+    written, a literal key only as ``(literal key)``), ``model``, ``small_model``."""
+    options = _options(doc)
+    api_key = options.get("apiKey")
+    return {"baseURL": options.get("baseURL"),
+            "apiKey": api_key if isinstance(api_key, str) and api_key.startswith("{") else
+            ("(literal key)" if api_key else None),
+            "model": doc.get("model"), "small_model": doc.get("small_model")}
+
+
+def unexported_key(doc: dict[str, Any], env: Env) -> dict[str, Effective]:
+    """``{VAR: Effective}`` when conduit's provider's ``apiKey`` is ``{env:VAR}`` and ``VAR`` is not exported;
+    ``{}`` otherwise."""
+    api_key = _options(doc).get("apiKey")
+    if isinstance(api_key, str) and api_key.startswith("{env:") and not env.get(api_key[5:-1]):
+        return {api_key[5:-1]: Effective(None, None, False, "the key is referenced from the environment but not "
+                                                            "exported")}
+    return {}
 
 
 def _options(doc: dict[str, Any], provider_id: str = PROVIDER_ID) -> dict[str, Any]:
@@ -239,11 +266,17 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
     layers += [(f"project {p.name}", p) for p in (env.cwd / "opencode.json", env.cwd / "opencode.jsonc",
                                                   env.cwd / ".opencode" / "opencode.json",
                                                   env.cwd / ".opencode" / "opencode.jsonc")]
+    return model_overrides(doc, path, layers)
+
+
+def model_overrides(doc: dict[str, Any], path: Path, layers: list[tuple[str, Path]]) -> dict[str, Effective]:
+    """``{"model": Effective}`` for each of ``layers`` (``(label, file)``, lowest first; the last that sets
+    ``model`` wins) other than ``path`` that exists, parses and sets ``model``; ``{}`` when none does."""
     effective: dict[str, Effective] = {}
     for label, layer in layers:
         if layer == path or not layer.is_file():
             continue
-        ldoc, error = _read(layer)
+        ldoc, error = read_config(layer)
         if error is None and "model" in ldoc:
             effective["model"] = Effective(ldoc["model"], f"{label} ({layer})", ldoc["model"] != doc.get("model"),
                                            "it ranks above the global config conduit writes")
@@ -306,4 +339,5 @@ def _with_limit(entry: Any, settings: ToolSettings) -> Any:
                                "output": settings.max_output_tokens or 0}}
 
 
-__all__ = ["OpenCode", "OpenCodeOptions", "config_dir", "config_file", "key_file"]
+__all__ = ["OpenCode", "OpenCodeOptions", "config_dir", "config_file", "key_file", "model_overrides", "owned_values",
+           "provider_targets", "provider_view", "read_config", "unexported_key"]

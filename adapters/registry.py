@@ -30,8 +30,21 @@ _TABLE: dict[str, str] = {
     "cline": "cline:Cline",
     "codex": "codex:Codex",
     "continue": "continue_dev:Continue",
+    "copilot": "copilot:Copilot",
+    "crush": "crush:Crush",
+    "droid": "droid:Droid",
     "gemini": "gemini:Gemini",
+    "goose": "goose:Goose",
+    "hermes": "hermes:Hermes",
+    "kilo": "kilo:Kilo",
+    "kimi": "kimi:Kimi",
+    "openclaw": "openclaw:OpenClaw",
     "opencode": "opencode:OpenCode",
+    "pi": "pi:Pi",
+    "qwen": "qwen:Qwen",
+    "roo": "roo:Roo",
+    "vibe": "vibe:Vibe",
+    "zed": "zed:Zed",
 }
 """name -> ``module:Class`` under ``conduit.adapters``, sorted by name."""
 
@@ -42,12 +55,28 @@ if TYPE_CHECKING:  # the static twin of _TABLE: mypy checks each class against t
     from conduit.adapters.cline import Cline
     from conduit.adapters.codex import Codex
     from conduit.adapters.continue_dev import Continue
+    from conduit.adapters.copilot import Copilot
+    from conduit.adapters.crush import Crush
+    from conduit.adapters.droid import Droid
     from conduit.adapters.gemini import Gemini
+    from conduit.adapters.goose import Goose
+    from conduit.adapters.hermes import Hermes
+    from conduit.adapters.kilo import Kilo
+    from conduit.adapters.kimi import Kimi
+    from conduit.adapters.openclaw import OpenClaw
     from conduit.adapters.opencode import OpenCode
+    from conduit.adapters.pi import Pi
+    from conduit.adapters.qwen import Qwen
+    from conduit.adapters.roo import Roo
+    from conduit.adapters.vibe import Vibe
+    from conduit.adapters.zed import Zed
 
     _CHECKED: Mapping[str, Adapter] = {
         "aider": Aider(), "cc_switch": CCSwitch(), "claude_code": ClaudeCode(), "cline": Cline(), "codex": Codex(),
-        "continue": Continue(), "gemini": Gemini(), "opencode": OpenCode(),
+        "continue": Continue(), "copilot": Copilot(), "crush": Crush(),
+        "droid": Droid(), "gemini": Gemini(), "goose": Goose(), "hermes": Hermes(),
+        "kilo": Kilo(), "kimi": Kimi(), "openclaw": OpenClaw(), "opencode": OpenCode(),
+        "pi": Pi(), "qwen": Qwen(), "roo": Roo(), "vibe": Vibe(), "zed": Zed(),
     }
 
 

@@ -1,12 +1,16 @@
-"""Profile save -> all three tools written: latency of a real ``conduit daemon``, against a floor from the same run.
+"""Profile save -> every tool written: latency of a real ``conduit daemon``, against a floor from the same run.
 
-What it measures, all under a throwaway HOME with real-format files of Claude Code, Cline (gen C) and CC Switch:
+What it measures, all under a throwaway HOME with real-format files of Claude Code, Cline (gen C) and CC Switch
+(default), or, with ``--all-tools``, of every tool in ``conduit.adapters.registry`` (each one's sample from
+tests/helpers/toolsamples.py ``SAMPLES`` or ``conduit.daemon.cli.samples``, enabled with its ``fresh_options``).
+The files waited on are the adapters' own targets that a model change rewrites (found on the first floor sync):
+a save is done when the last of them holds the new model.
 
 1. **floor**: the same change applied with no watcher, in this process: ``sync(profile)`` after an atomic
-   profile save (it renders and atomically writes the same files: settings.json, providers.json, the CC Switch
-   row). Also, for context, ``raw``: only the atomic replaces (temp, fsync, rename) of the same final bytes.
+   profile save (it renders and atomically writes the same files). Also, for context, ``raw``: only the atomic
+   replaces (temp, fsync, rename) of the same final bytes of the text files (SQLite files are left out).
 2. **daemon**: ``conduit daemon`` as a subprocess; for each of ``--saves`` saves (atomic rename of the profile
-   with a new model), the time until all three tools hold the new model (polled every 0.5 ms).
+   with a new model), the time until every tool file holds the new model (polled every 0.5 ms).
 3. **idle**: the daemon's RSS and CPU time over ``--idle`` seconds with nothing happening, and its context
    switches (each one is a wake-up of some thread; a daemon that polls shows a steady count).
 
@@ -14,7 +18,7 @@ Prints p50/p99 of each, the ratio daemon/floor, and its goals (the daemon syncs 
 edge: no debounce before the first sync): single-save p50 within 2x the floor; idle RSS under 45 MB and no
 periodic wake-ups (``--debounce-ms`` now only delays the re-read of a profile that did not parse).
 
-Run: ``.venv/bin/python bench/propagation.py [--saves 200] [--idle 30] [--debounce-ms 50] [--json]``
+Run: ``.venv/bin/python bench/propagation.py [--all-tools] [--saves 200] [--idle 30] [--debounce-ms 50] [--json]``
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ import os
 import re
 import shutil
 import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -36,28 +39,47 @@ from typing import Any
 
 import psutil
 
+REPO = Path(__file__).resolve().parents[1]
+THREE = ("claude_code", "cline", "cc_switch")
+"""The default tools: the three the daemon was first measured with."""
+SQLITE_SUFFIXES = (".db", ".sqlite", ".vscdb")
+
 
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
-def _setup(home: Path) -> Path:
+def _samples() -> dict[str, Any]:
+    """Per tool name, the function writing its real-format sample under a HOME."""
     from conduit.daemon.cli.samples import cc_switch_db, claude_settings, cline_gen_c
 
-    claude_settings(home)
-    cline_gen_c(home)
-    cc_switch_db(home)
+    sys.path.insert(0, str(REPO / "tests"))
+    from helpers.toolsamples import SAMPLES
+
+    return {**SAMPLES, "claude_code": claude_settings, "cline": cline_gen_c, "cc_switch": cc_switch_db}
+
+
+def _setup(home: Path, tools: tuple[str, ...]) -> Path:
+    """Each tool's sample (when it has one), a key file and a profile enabling ``tools`` with their
+    ``fresh_options``; returns the profile path."""
+    from conduit.adapters.registry import ADAPTERS
+
+    samples = _samples()
+    for tool in tools:
+        if tool in samples:
+            samples[tool](home)
     cfg = home / ".config" / "conduit"
     (cfg / "keys").mkdir(parents=True)
     key = cfg / "keys" / "gw"
     key.write_text("sk-bench-0123456789abcdef\n")
     key.chmod(0o600)
+    tables = "".join(f"[tools.{t}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in
+                                                 ADAPTERS[t].fresh_options.items()) for t in tools)
     profile = cfg / "profile.toml"
     profile.write_text('version = 1\nchannel = "gw"\nmodel = "m-start"\n\n[channels.gw]\n'
-                       'base_url = "https://gw.example.com/api"\nprotocols = ["openai", "anthropic"]\n'
-                       'key = { file = "~/.config/conduit/keys/gw" }\n\n'
-                       '[tools.claude_code]\n[tools.cline]\n[tools.cc_switch]\n')
+                       'base_url = "https://gw.example.com/api"\nprotocols = ["openai", "anthropic", "gemini"]\n'
+                       'key = { file = "~/.config/conduit/keys/gw" }\n\n' + tables)
     return profile
 
 
@@ -71,79 +93,104 @@ def _save(profile: Path, model: str) -> None:
     os.replace(tmp, profile)
 
 
-def _files(home: Path) -> tuple[Path, Path, Path]:
-    return (home / ".claude" / "settings.json", home / ".cline" / "data" / "settings" / "providers.json",
-            home / ".cc-switch" / "cc-switch.db")
+def _targets(profile: Path) -> list[Path]:
+    """Every file the enabled adapters' plans target for the profile as it is now."""
+    from conduit.adapters.base import Env
+    from conduit.adapters.registry import ADAPTERS
+    from conduit.daemon.config.profile import load_profile
+    from conduit.daemon.config.resolve import Resolver
+
+    loaded = load_profile(profile)
+    resolver, env = Resolver(loaded), Env()
+    out: list[Path] = []
+    for name, cfg in loaded.model.tools.items():
+        if cfg.enabled:
+            out += [Path(t.path) for t in ADAPTERS[name].plan(resolver.tool_settings(name), env)]
+    return list(dict.fromkeys(out))
 
 
-def _all_at(home: Path, model: str) -> bool:
-    claude, cline, db = _files(home)
-    try:
-        if json.loads(claude.read_bytes())["env"].get("ANTHROPIC_MODEL") != model:
-            return False
-        doc = json.loads(cline.read_bytes())
-        if doc["providers"]["openai-compatible"]["settings"].get("model") != model:
-            return False
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
-            row = conn.execute("SELECT settings_config FROM providers WHERE id = 'conduit-gw'").fetchone()
-        conn.close()
-        return bool(row) and json.loads(row[0])["env"].get("ANTHROPIC_MODEL") == model
-    except (OSError, ValueError, KeyError, sqlite3.Error):
-        return False
-
-
-def _wait_changed(home: Path, model: str, before: list[int], timeout: float = 30.0) -> None:
-    deadline = time.perf_counter() + timeout
-    files = _files(home)
-    while time.perf_counter() < deadline:
+def _stamp(path: Path) -> int:
+    """The newest mtime (ns) of ``path`` and, for SQLite, its ``-wal`` file; 0 when missing."""
+    newest = 0
+    for p in (path, path.with_name(path.name + "-wal")) if path.suffix in SQLITE_SUFFIXES else (path,):
         try:
-            now = [p.stat().st_mtime_ns for p in files]
+            newest = max(newest, p.stat().st_mtime_ns)
         except OSError:
-            now = before
-        if all(a != b for a, b in zip(now, before, strict=True)) and _all_at(home, model):
+            pass
+    return newest
+
+
+def _holds(path: Path, model: str) -> bool:
+    """Whether ``path`` (with its ``-wal`` for SQLite) holds ``model``'s name."""
+    parts = (path, path.with_name(path.name + "-wal")) if path.suffix in SQLITE_SUFFIXES else (path,)
+    data = b""
+    for p in parts:
+        try:
+            data += p.read_bytes()
+        except OSError:
+            pass
+    return model.encode() in data
+
+
+def _all_at(files: list[Path], model: str) -> bool:
+    return all(_holds(p, model) for p in files)
+
+
+def _wait_changed(files: list[Path], model: str, before: list[int], timeout: float = 30.0) -> None:
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        now = [_stamp(p) for p in files]
+        if all(a != b for a, b in zip(now, before, strict=True)) and _all_at(files, model):
             return
         time.sleep(0.0005)
     raise TimeoutError(f"the tools did not reach {model} within {timeout} s")
 
 
-def floor(home: Path, profile: Path, n: int) -> tuple[list[float], list[float]]:
-    """(sync() times, raw atomic-write times) in ms, for ``n`` model changes, no watcher."""
+def _model(kind: str, i: int) -> str:
+    """A model name no other save's name contains (``m-floor-00003-z``)."""
+    return f"m-{kind}-{i:05d}-z"
+
+
+def floor(profile: Path, n: int) -> tuple[list[float], list[float], list[Path]]:
+    """(sync() times, raw atomic-write times) in ms for ``n`` model changes, no watcher, and the tool files a
+    model change rewrites (those holding the new model after the first sync)."""
     from conduit.adapters.base import Env
     from conduit.daemon.config.profile import load_profile
     from conduit.daemon.sync.engine import sync
 
-    sync_ms, raw_ms = [], []
+    sync_ms: list[float] = []
+    raw_ms: list[float] = []
+    files: list[Path] = []
     for i in range(n):
-        model = f"floor-{i}"
+        model = _model("floor", i)
         t0 = time.perf_counter()
         _save(profile, model)
         report = sync(load_profile(profile), env=Env())
         sync_ms.append((time.perf_counter() - t0) * 1000)
-        assert report.ok and _all_at(home, model), report
-        # raw: write the same final bytes of the two JSON files again atomically, and the row, nothing else
-        claude, cline, db = _files(home)
-        blobs = [(p, p.read_bytes()) for p in (claude, cline)]
+        if not files:
+            files = [p for p in _targets(profile) if _holds(p, model)]
+        assert report.ok and files and _all_at(files, model), report
+        # raw: write the same final bytes of the text files again atomically, nothing else
+        blobs = [(p, p.read_bytes()) for p in files if p.suffix not in SQLITE_SUFFIXES]
         t0 = time.perf_counter()
         for p, data in blobs:
-            tmp = p.with_name(f".{p.name}.raw")
+            real = p.resolve()
+            tmp = real.with_name(f".{real.name}.raw")
             with open(tmp, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, p)
-            dfd = os.open(p.parent, os.O_RDONLY)
+            os.chmod(tmp, real.stat().st_mode & 0o777)
+            os.replace(tmp, real)
+            dfd = os.open(real.parent, os.O_RDONLY)
             os.fsync(dfd)
             os.close(dfd)
-        conn = sqlite3.connect(db, isolation_level=None, timeout=5)
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE providers SET settings_config = settings_config WHERE id = 'conduit-gw'")
-        conn.execute("COMMIT")
-        conn.close()
         raw_ms.append((time.perf_counter() - t0) * 1000)
-    return sync_ms, raw_ms
+    return sync_ms, raw_ms, files
 
 
-def daemon_run(home: Path, profile: Path, n: int, debounce_ms: int, idle_s: float) -> dict[str, Any]:
+def daemon_run(home: Path, profile: Path, files: list[Path], n: int, debounce_ms: int,
+               idle_s: float) -> dict[str, Any]:
     sock_path = home.parent / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(sock_path))
@@ -159,17 +206,17 @@ def daemon_run(home: Path, profile: Path, n: int, debounce_ms: int, idle_s: floa
             pass
         lat = []
         for i in range(n):
-            model = f"daemon-{i}"
-            before = [p.stat().st_mtime_ns for p in _files(home)]
+            model = _model("daemon", i)
+            before = [_stamp(p) for p in files]
             t0 = time.perf_counter()
             _save(profile, model)
             try:
-                _wait_changed(home, model, before)
+                _wait_changed(files, model, before)
             except TimeoutError:
                 log.flush()
                 sys.stderr.write((home.parent / "daemon.log").read_text()[-1500:])
-                sys.stderr.write(f"\nbefore={before} now={[p.stat().st_mtime_ns for p in _files(home)]} "
-                                 f"all_at={_all_at(home, model)} profile={profile.read_text()[:60]!r}\n")
+                late = [str(p) for p in files if not _holds(p, model)]
+                sys.stderr.write(f"\nnot at {model}: {late} profile={profile.read_text()[:60]!r}\n")
                 raise
             lat.append((time.perf_counter() - t0) * 1000)
             time.sleep(0.01)
@@ -211,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, default=30.0, help="idle window, seconds")
     ap.add_argument("--debounce-ms", type=int, default=50)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--all-tools", action="store_true",
+                    help="enable every registered tool (each with its sample), not only the first three")
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="conduit-bench-"))
     try:
@@ -219,9 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["HOME"] = str(home)
         for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CONDUIT_PROFILE"):
             os.environ.pop(var, None)
-        profile = _setup(home)
-        sync_ms, raw_ms = floor(home, profile, args.saves)
-        d = daemon_run(home, profile, args.saves, args.debounce_ms, args.idle)
+        from conduit.adapters.registry import ADAPTERS
+
+        tools = tuple(ADAPTERS) if args.all_tools else THREE
+        profile = _setup(home, tools)
+        sync_ms, raw_ms, files = floor(profile, args.saves)
+        d = daemon_run(home, profile, files, args.saves, args.debounce_ms, args.idle)
     finally:
         (shutil.rmtree(base, ignore_errors=True) if not os.environ.get("KEEP") else print(base))
     lat = d["latency_ms"]
@@ -230,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     r50 = statistics.median(raw_ms)
     goal = 2 * f50
     out = {
-        "saves": args.saves, "debounce_ms": args.debounce_ms,
+        "saves": args.saves, "debounce_ms": args.debounce_ms, "tools": list(tools),
+        "files": [str(p.relative_to(home)) if p.is_relative_to(home) else str(p) for p in files],
         "daemon_ms": {"p50": round(p50, 2), "p99": round(p99, 2)},
         "floor_sync_ms": {"p50": round(f50, 2), "p99": round(f99, 2)},
         "floor_raw_write_ms": {"p50": round(r50, 2)},
@@ -243,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"profile save -> all three tools written ({args.saves} saves, debounce {args.debounce_ms} ms)")
+    print(f"profile save -> {len(tools)} tools' {len(files)} files written ({args.saves} saves, debounce "
+          f"{args.debounce_ms} ms)")
     print(f"  daemon          p50 {p50:8.2f} ms   p99 {p99:8.2f} ms")
     print(f"  floor: sync()   p50 {f50:8.2f} ms   p99 {f99:8.2f} ms   (same files, same run, no watcher)")
     print(f"  floor: raw      p50 {r50:8.2f} ms   (only the atomic replaces of the same bytes)")

@@ -219,13 +219,18 @@ def tools_page() -> str:
         binary = ", ".join(code(b) for b in getattr(one_shot, "binaries", ())) or "(none)"
         pin = f"{code(package.pin)} ({package.registry})" if package is not None else "(none)"
         rows.append([code(a.name), a.display_name, a.protocol, "yes" if a.restart_hint else "no (reloads)",
-                     binary, pin])
-    out.append(table(["`[tools.<name>]`", "tool", "protocol", "restart needed", "binary", "package"], rows))
+                     binary, pin, proven(a)])
+    out.append(table(["`[tools.<name>]`", "tool", "protocol", "restart needed", "binary", "package", "proven"],
+                     rows))
     out.append("\nWhat each declaration means (from the `Adapter` protocol, `conduit.adapters.base`):\n\n")
     out += [f"- `{name}`: {plain(described[name])}\n" for name in declared if name in described]
     for a in ADAPTERS.values():
         out.append(f"\n## {a.display_name} (`{a.name}`) {{ #{a.name.replace('_', '-')} }}\n\n")
-        out.append(f"Module `{type(a).__module__}`, class `{type(a).__name__}`; protocol `{a.protocol}`.\n\n")
+        out.append(f"Module `{type(a).__module__}`, class `{type(a).__name__}`; protocol `{a.protocol}`. "
+                   f"Proven: {proven(a)}.\n\n")
+        out.append("Files (with `HOME` = `~` and no variable set):\n\n"
+                   + ("".join(f"- {code(f)}\n" for f in tool_files(a)) or "- (none: configured by its environment alone)\n")
+                   + "\n")
         out.append("Owned keys:\n\n" + "".join(f"- {code(k)}\n" for k in a.owned_keys) + "\n")
         out.append(f"Restart: {a.restart_hint or 'not needed: the tool reloads its configuration'}.\n\n")
         rest = [n for n in declared if n not in ("owned_keys", "restart_hint") and hasattr(a, n)]
@@ -235,6 +240,25 @@ def tools_page() -> str:
         else:
             out.append(f"\n`[tools.{a.name}]` takes no options of its own.\n")
     return "".join(out)
+
+
+def proven(adapter: object) -> str:
+    """How the adapter's format was proven: by the real binary in the real-tool tier (its pinned version), or
+    from the tool's documented format only (no package installs here)."""
+    package = getattr(adapter, "package", None)
+    if package is None:
+        return "documented format only (no binary installs here)"
+    return f"real binary {package.version} (real-tool tier)"
+
+
+def tool_files(adapter: object) -> list[str]:
+    """The files ``conduit verify`` copies for the tool (``verify_files``), with ``HOME`` shown as ``~``."""
+    from conduit.adapters.base import Env
+
+    home = "/conduit-docs-home"
+    env = Env({"HOME": home, "PATH": "/usr/bin:/bin"}, cwd=Path(home) / "project")
+    files = getattr(adapter, "verify_files", lambda _env: [])(env)
+    return [str(f).replace(home, "~") for f in files]
 
 
 def value_text(value: object) -> str:

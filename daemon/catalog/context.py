@@ -31,6 +31,7 @@ from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
 from conduit.fileio import atomic_write, locked, make_private_dirs, read_regular_file
+from conduit.text import one_line, safe_number
 
 LIMITS_MAX_BYTES = 4 << 20
 """Cap on ``limits.json`` (bytes); a real one is a few hundred bytes."""
@@ -94,9 +95,38 @@ def _read_limits() -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {tool: {p: {k: r for k, r in slots.items() if isinstance(r, dict) and "wrote" in r}
+    return {tool: {p: {k: r for k, r in slots.items() if _sane_record(r)}
                    for p, slots in files.items() if isinstance(slots, dict)}
             for tool, files in data.items() if isinstance(files, dict)}
+
+
+RECORD_MAX_FIGURE = 1 << 40
+"""The largest figure a limit record may hold (tokens); anything else in ``limits.json`` is not a record."""
+
+
+def _sane_value(value: Any) -> bool:
+    """A value a limit slot may be given back: a whole number in ``[0, RECORD_MAX_FIGURE]``, a boolean, or a
+    one-line string of at most 200 characters without control characters (a state file is outside text)."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return safe_number(value, low=0, high=RECORD_MAX_FIGURE, integer=True) is not None
+    return isinstance(value, str) and len(value) <= 200 and one_line(value) == value
+
+
+def _sane_record(rec: Any) -> bool:
+    """``{"wrote": V}`` or ``{"wrote": V, "had": U}`` with sane values, ``U`` of the same kind as ``V`` (a
+    figure's slot never gets words or a float back: hostile values are not written into a tool's file)."""
+    if not isinstance(rec, dict) or "wrote" not in rec or not _sane_value(rec["wrote"]):
+        return False
+    if "had" not in rec:
+        return True
+    return _sane_value(rec["had"]) and _kind(rec["had"]) is _kind(rec["wrote"])
+
+
+def _kind(value: Any) -> type:
+    """``bool`` for booleans (``True`` is not ``1`` here), else the value's type."""
+    return bool if isinstance(value, bool) else type(value)
 
 
 def remember_limits(settings: ToolSettings, results: Iterable[WriteResult], *, dry_run: bool) -> None:
@@ -127,10 +157,11 @@ def remember_limits(settings: ToolSettings, results: Iterable[WriteResult], *, d
 
 
 def refresh_stale(resolver: Resolver, tools: Iterable[str], *, max_age_s: float,
-                  timeout_s: float = FETCH_TIMEOUT_S) -> list[str]:
+                  timeout_s: float = FETCH_TIMEOUT_S, offline: bool = False) -> list[str]:
     """Refresh the cached model list of each channel ``tools`` use (those whose adapter ``writes_context``)
     when it is missing or older than ``max_age_s`` (one bounded fetch per channel, ``timeout_s`` each). Returns one line per channel that could
-    not be refreshed (the sync then goes on with the old cache or none); never raises, never names a key."""
+    not be refreshed (the sync then goes on with the old cache or none); never raises, never names a key.
+    ``offline`` (``conduit sync --dry-run``): no request at all; a missing or stale cache is only said."""
     profile = resolver.profile
     names = dict.fromkeys(resolver.tool_channel_name(t) for t in tools
                           if t in profile.model.tools and profile.model.tools[t].enabled
@@ -140,6 +171,12 @@ def refresh_stale(resolver: Resolver, tools: Iterable[str], *, max_age_s: float,
         roots = profile.roots.get(name)
         cached = read_cache(name, models_base(roots)) if roots else None
         if cached is not None and cached.age_s() <= max_age_s:
+            continue
+        if offline:
+            age = "not cached yet" if cached is None else f"{cached.age_s() / 60:.0f} min old"
+            problems.append(f"model list of `{name}` {age}; a dry run sends nothing, so context settings use "
+                            + ("that cache" if cached else "the profile's values only")
+                            + f" (`conduit models {name}` refreshes it)")
             continue
         try:
             refresh(resolver.channel(name), timeout_s=timeout_s)

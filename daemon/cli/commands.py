@@ -35,7 +35,7 @@ COMMANDS: dict[str, Entry] = {
                               "(runs until stopped)."),
     "plan": Entry("plan", "Work out vLLM's memory ledger: weights, KV cache per token, capacity, concurrency, "
                           "and a verdict."),
-    "init": Entry("sync", "Write a starter profile (or one proposed from the tools already configured)."),
+    "init": Entry("init", "Write a starter profile (or one proposed from the tools already configured)."),
     "sync": Entry("sync", "Rewrite every tool's config from the profile (merge, never clobber). Shows a diff "
                           "per tool."),
     "doctor": Entry("sync", "Per tool: file found, version, in sync or drifted, higher-precedence overrides, "
@@ -50,6 +50,10 @@ COMMANDS: dict[str, Entry] = {
                           "tools)."),
     "verify": Entry("verify", "Run each installed tool once against a loopback canary with conduit's config; "
                               "report what it sent."),
+    "run": Entry("run", "Start a tool with the profile's settings for this session only; its own files are left "
+                        "as they are."),
+    "env": Entry("run", "Print the shell lines that give a tool the profile's settings: eval \"$(conduit env "
+                        "copilot --show-key)\"."),
     "key": Entry("key", "Store, list and remove keys in conduit's secrets file (~/.config/conduit/secrets.toml, "
                         "mode 0600)."),
     "service": Entry("daemon", "Install conduit's systemd user units."),

@@ -199,7 +199,10 @@ def _check_tool(check: ToolCheck, resolver: Resolver, box: Sandbox, *, environ: 
         if error:
             check.verdict, check.detail = "config_error", redact(error, [key])
             return
-        _run_and_judge(check, home, box, want, environ=environ, cwd=cwd, timeout_s=timeout_s)
+        # A tool configured only by its environment (Copilot) gets the adapter's variables, as `conduit run` gives.
+        adapter = ADAPTERS[tool]
+        session = adapter.run_env(settings, home.env) if adapter.configured_by == "environment" else {}
+        _run_and_judge(check, home, box, want, environ=environ, cwd=cwd, timeout_s=timeout_s, session=session)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -248,7 +251,7 @@ def _plan_in_home(tool: str, settings: ToolSettings, env: Env) -> list[Target]:
         return adapter.plan(replace(settings, options=settings.options.model_copy(update=forced)), env)
 
 
-def run_env(home: TempHome, tool: str) -> dict[str, str]:
+def run_env(home: TempHome, tool: str, session: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """The run's environment: the user's, HOME and remapped variables in T, the opt-outs, loopback added to
     ``NO_PROXY``, and the adapter's ``verify_env`` (each a path in T: Aider's history files, which it writes in
     the working directory by default)."""
@@ -257,11 +260,16 @@ def run_env(home: TempHome, tool: str) -> dict[str, str]:
         env[var] = ",".join(filter(None, [env.get(var, ""), "127.0.0.1", "localhost"]))
     for var, rel in ADAPTERS[tool].verify_env.items():
         env[var] = str(home.root / rel)
+    for var, value in (session or {}).items():  # an environment-configured tool's run_env (None: unset)
+        if value is None:
+            env.pop(var, None)
+        else:
+            env[var] = value
     return env
 
 
 def _run_and_judge(check: ToolCheck, home: TempHome, box: Sandbox, want: Expected, *, environ: Mapping[str, str],
-                   cwd: Path, timeout_s: float) -> None:
+                   cwd: Path, timeout_s: float, session: Mapping[str, str | None] | None = None) -> None:
     """Run the one-shot command in the sandbox and fill ``check`` from what the canary recorded."""
     spec = ONE_SHOTS[check.tool]
     argv = spec.argv(check.binary or spec.binaries[0], PROMPT)
@@ -282,7 +290,7 @@ def _run_and_judge(check: ToolCheck, home: TempHome, box: Sandbox, want: Expecte
         pairs.write_text(json.dumps([[str(home.map(p)), str(p)] for p in home.copied if home.map(p)]))
         argv = [sys.executable, "-I", "-m", "conduit.daemon.verify.shadow", str(pairs), "--", *argv]
     try:
-        result = box.run(ToolRun(argv=argv, env=run_env(home, check.tool), cwd=cwd, timeout_s=timeout_s))
+        result = box.run(ToolRun(argv=argv, env=run_env(home, check.tool, session), cwd=cwd, timeout_s=timeout_s))
     except ConduitError as exc:
         check.verdict, check.detail = "sandbox_error", redact(str(exc), [want.key])
         return

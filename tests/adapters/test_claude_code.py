@@ -6,9 +6,14 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+from helpers.modelserver import ModelServer
 from helpers.toolfiles import CLAUDE_SETTINGS, claude_settings, lifecycle, run_sync, write_profile
 
 from conduit.adapters.base import Env
+from conduit.daemon.catalog.models import refresh
+from conduit.daemon.config.profile import load_profile
+from conduit.daemon.config.resolve import resolve_channel
 from conduit.daemon.sync.doctor import doctor
 
 
@@ -191,3 +196,90 @@ def test_deprecated_small_fast_model_removed(temp_home: Path) -> None:
     env = settings(temp_home)["env"]
     assert "ANTHROPIC_SMALL_FAST_MODEL" not in env
     assert env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "claude-sonnet-4-20250514"
+
+
+# Limits and the local-server switch (docs/formats/claude-code.md "Limits"): CLAUDE_CODE_MAX_OUTPUT_TOKENS,
+# CLAUDE_CODE_MAX_CONTEXT_TOKENS, CLAUDE_CODE_ATTRIBUTION_HEADER, each conduit's only while it holds conduit's value.
+LIMIT_VARS = ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "CLAUDE_CODE_ATTRIBUTION_HEADER")
+
+
+def _limits(home: Path) -> dict[str, str]:
+    env = settings(home)["env"]
+    return {k: env[k] for k in LIMIT_VARS if k in env}
+
+
+def test_output_limit_leaves_three_quarters_for_the_prompt() -> None:
+    from conduit.adapters.claude_code import output_limit
+
+    assert output_limit(32768, None) == 8192  # only the window (vLLM's max_model_len)
+    assert output_limit(32768, 16384) == 8192  # the catalog's half is too much for Claude Code's own prompt
+    assert output_limit(32768, 4096) == 4096
+    assert output_limit(1_000_000, 64000) == 64000
+    assert output_limit(None, 4096) == 4096 and output_limit(None, None) is None
+    assert output_limit(3, None) == 1
+
+
+@pytest.mark.parametrize(("channel", "url", "local"), [
+    ("gw", "https://gw.example.com/api", False), ("gw", "http://127.0.0.1:8000", True),
+    ("gw", "http://localhost:8000", True), ("gw", "http://[::1]:8000", True), ("gw", "http://192.168.1.5:8000", True),
+    ("gw", "http://10.0.0.7", True), ("gw", "https://gpu.lan.example.com", False), ("gw", "http://8.8.8.8", False),
+    ("local", "https://gpu.lan.example.com", True)])
+def test_is_local(channel: str, url: str, local: bool) -> None:
+    from conduit.adapters.base import Root, ToolSettings
+    from conduit.adapters.claude_code import is_local
+
+    assert is_local(ToolSettings("claude_code", channel, Root(url), None)) is local
+
+
+def test_window_from_the_model_list_written_for_a_local_channel(temp_home: Path) -> None:
+    """A loopback server listing ``max_model_len`` 32768: a quarter for output, the window, no billing block."""
+    server = ModelServer({"object": "list", "data": [{"id": "qwen", "max_model_len": 32768}]})
+    try:
+        write_profile(temp_home, server.url, tools=("claude_code",), model="qwen", small_model=None)
+        refresh(resolve_channel(load_profile(temp_home / ".config" / "conduit" / "profile.toml"), "gw"))
+    finally:
+        server.close()
+    claude_settings(temp_home)
+    lifecycle(temp_home)
+    assert _limits(temp_home) == {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8192", "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
+                                  "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"}
+    assert list(settings(temp_home)) == list(CLAUDE_SETTINGS)
+
+
+def test_limits_go_and_the_persons_values_come_back(temp_home: Path) -> None:
+    """Known: conduit's values over the person's; unknown and hosted again: the person's back, conduit's gone;
+    a value the person changed after conduit wrote it stays."""
+    claude_settings(temp_home, dict(CLAUDE_SETTINGS, env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4000"}))
+    write_profile(temp_home, "http://127.0.0.1:8000", tools=("claude_code",),
+                  extra="context_window = 32768\nmax_output_tokens = 2000\n")
+    assert run_sync(temp_home).ok
+    assert _limits(temp_home) == {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2000", "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
+                                  "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"}
+    doc = settings(temp_home)
+    doc["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = "30000"  # the person's now
+    (temp_home / ".claude" / "settings.json").write_text(json.dumps(doc))
+    write_profile(temp_home, tools=("claude_code",))  # hosted, no window
+    assert run_sync(temp_home).ok
+    assert _limits(temp_home) == {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4000", "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "30000"}
+    assert not run_sync(temp_home).changed
+
+
+def test_persons_own_attribution_switch_stays_when_no_longer_local(temp_home: Path) -> None:
+    claude_settings(temp_home, dict(CLAUDE_SETTINGS, env={"CLAUDE_CODE_ATTRIBUTION_HEADER": "false"}))
+    write_profile(temp_home, "http://127.0.0.1:8000", tools=("claude_code",))
+    assert run_sync(temp_home).ok
+    assert _limits(temp_home) == {"CLAUDE_CODE_ATTRIBUTION_HEADER": "0"}
+    write_profile(temp_home, tools=("claude_code",))
+    assert run_sync(temp_home).ok
+    assert _limits(temp_home) == {"CLAUDE_CODE_ATTRIBUTION_HEADER": "false"}
+
+
+def test_project_attribution_switch_outranks_conduits(temp_home: Path) -> None:
+    write_profile(temp_home, "http://127.0.0.1:8000", tools=("claude_code",))
+    run_sync(temp_home)
+    project = temp_home / "proj"
+    (project / ".claude").mkdir(parents=True)
+    (project / ".claude" / "settings.json").write_text(json.dumps({"env": {"CLAUDE_CODE_ATTRIBUTION_HEADER": "1"}}))
+    rep = doctor(None, Env(dict(os.environ), cwd=project))
+    blockers = rep["tools"]["claude_code"]["blockers"]
+    assert any("CLAUDE_CODE_ATTRIBUTION_HEADER" in b["why"] for b in blockers), blockers

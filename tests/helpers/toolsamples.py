@@ -170,6 +170,85 @@ def aider(home: Path) -> Path:
     return write(home / ".aider.conf.yml", AIDER_YAML)
 
 
+ZED_SETTINGS = """\
+// Zed settings
+//
+// For information on how to configure Zed, see the Zed documentation.
+{
+  "vim_mode": true,
+  "ui_font_size": 16,
+  "language_models": {
+    "openai_compatible": {
+      "my-provider": { // the person's own provider
+        "api_url": "https://example.com/v1",
+        "available_models": [{ "name": "my-model", "display_name": "My Model", "max_tokens": 128000 }],
+      },
+    },
+  },
+  "agent": {
+    "default_profile": "write",
+    "default_model": { "provider": "my-provider", "model": "my-model" },
+  },
+}
+"""
+
+
+def zed(home: Path) -> Path:
+    """``~/.config/zed/settings.json`` (JSONC)."""
+    return write(home / ".config" / "zed" / "settings.json", ZED_SETTINGS)
+
+
+GOOSE_CONFIG = """\
+GOOSE_PROVIDER: anthropic
+GOOSE_MODEL: claude-sonnet-4-5
+GOOSE_MODE: smart_approve
+extensions:
+  developer:
+    bundled: true
+    enabled: true
+    name: developer
+    timeout: 300
+    type: builtin
+"""
+GOOSE_SECRETS = "ANTHROPIC_API_KEY: sk-ant-person-own\n"
+
+
+def goose(home: Path) -> Path:
+    """``~/.config/goose/config.yaml`` and ``secrets.yaml``; returns config.yaml."""
+    write(home / ".config" / "goose" / "secrets.yaml", GOOSE_SECRETS, 0o600)
+    return write(home / ".config" / "goose" / "config.yaml", GOOSE_CONFIG)
+
+
+VSCODE_SETTINGS = """\
+{
+  // VS Code user settings
+  "editor.fontSize": 14,
+  "workbench.colorTheme": "Default Dark Modern",
+  "roo-cline.allowedCommands": ["npm test", "git log"],
+}
+"""
+
+
+ROO_IMPORT = """\
+{
+  "providerProfiles": {
+    "currentApiConfigName": "default",
+    "apiConfigs": {
+      "default": {"apiProvider": "anthropic", "apiModelId": "claude-sonnet-4-5", "id": "a1b2c3"}
+    }
+  },
+  "globalSettings": {"autoApprovalEnabled": true}
+}
+"""
+
+
+def roo(home: Path) -> Path:
+    """VS Code's ``~/.config/Code/User/settings.json`` and a Roo Code settings export (its import format) at the
+    path conduit's adapter uses; returns the export, the file that names the gateway."""
+    write(home / ".config" / "Code" / "User" / "settings.json", VSCODE_SETTINGS)
+    return write(home / ".config" / "conduit" / "tool-keys" / "roo-code-settings.json", ROO_IMPORT, 0o600)
+
+
 def write_gemini_profile(home: Path, base_url: str = "https://gw.example.com/api", *,
                          key_text: str = "sk-test-abc\n", model: str = "gemini-2.5-pro") -> Path:
     """A profile whose channel speaks the Gemini protocol, with ``[tools.gemini]``."""
@@ -183,13 +262,271 @@ def write_gemini_profile(home: Path, base_url: str = "https://gw.example.com/api
     return path
 
 
+PI_MODELS = """\
+{
+  // Pi custom models (~/.pi/agent/models.json)
+  "providers": {
+    "ollama": {
+      "baseUrl": "http://localhost:11434/v1",
+      "api": "openai-completions",
+      "apiKey": "ollama", // Ollama ignores it
+      "models": [{ "id": "llama3.1:8b" }],
+    },
+  },
+}
+"""
+PI_SETTINGS = '{\n  "theme": "dark",\n  "defaultProvider": "ollama",\n  "defaultModel": "llama3.1:8b",\n  "quietStartup": true\n}\n'
+
+
+def pi(home: Path) -> Path:
+    """``~/.pi/agent/models.json`` and ``settings.json``; returns models.json."""
+    write(home / ".pi" / "agent" / "settings.json", PI_SETTINGS)
+    return write(home / ".pi" / "agent" / "models.json", PI_MODELS)
+
+
+QWEN_SETTINGS = """\
+{
+  // Qwen Code user settings
+  "ui": { "theme": "GitHub" },
+  "security": {
+    "auth": { "selectedType": "qwen-oauth" } // was: log in
+  },
+  "model": { "name": "qwen3-coder-plus" },
+  "modelProviders": {
+    "openai": [
+      {
+        "id": "qwen3-coder-plus",
+        "name": "qwen3-coder-plus (Coding Plan)",
+        "envKey": "BAILIAN_CODING_PLAN_API_KEY",
+        "baseUrl": "https://coding.dashscope.aliyuncs.com/v1"
+      }
+    ]
+  },
+  "mcpServers": {
+    "docs": { "command": "npx", "args": ["-y", "mcp-server-docs"] }
+  },
+  "$version": 4
+}
+"""
+QWEN_DOTENV = "# Qwen Code environment\nBAILIAN_CODING_PLAN_API_KEY=sk-bailian-own\n"
+
+
+def qwen(home: Path) -> Path:
+    """``~/.qwen/settings.json`` and ``~/.qwen/.env``; returns settings.json."""
+    write(home / ".qwen" / ".env", QWEN_DOTENV, 0o600)
+    return write(home / ".qwen" / "settings.json", QWEN_SETTINGS)
+
+
+KIMI_CONFIG = """\
+# Kimi CLI configuration (~/.kimi/config.toml)
+default_model = "kimi-for-coding"
+default_thinking = false
+theme = "dark"
+
+[providers.kimi-for-coding]
+type = "kimi"
+base_url = "https://api.kimi.com/coding/v1"
+api_key = "sk-kimi-person-own"
+
+[models.kimi-for-coding]
+provider = "kimi-for-coding"
+model = "kimi-for-coding"
+max_context_size = 262144
+capabilities = ["thinking", "image_in"]
+
+[loop_control]
+max_steps_per_turn = 100  # keep me
+"""
+
+
+def kimi(home: Path) -> Path:
+    """``~/.kimi/config.toml``."""
+    return write(home / ".kimi" / "config.toml", KIMI_CONFIG, 0o600)
+
+
+HERMES_CONFIG = """\
+# Hermes Agent configuration (~/.hermes/config.yaml)
+model:
+  default: anthropic/claude-opus-4.6
+  provider: openrouter
+toolsets:
+  - hermes-cli
+agent:
+  max_turns: 60  # fewer turns than the default
+providers:
+  local:
+    name: Local vLLM
+    base_url: http://localhost:8000/v1
+    key_env: LOCAL_API_KEY
+mcp_servers:
+  github:
+    command: npx
+    args: ["-y", "@modelcontextprotocol/server-github"]
+"""
+HERMES_DOTENV = "# Hermes secrets\nOPENROUTER_API_KEY=sk-or-person-own\n"
+
+
+def hermes(home: Path) -> Path:
+    """``~/.hermes/config.yaml`` and ``~/.hermes/.env``; returns config.yaml."""
+    write(home / ".hermes" / ".env", HERMES_DOTENV, 0o600)
+    return write(home / ".hermes" / "config.yaml", HERMES_CONFIG)
+
+
+VIBE_CONFIG = """\
+# Mistral Vibe configuration (~/.vibe/config.toml)
+active_model = "my-local-model"
+theme = "auto"
+enable_update_checks = true
+
+[[providers]]
+name = "llamacpp"
+api_base = "http://127.0.0.1:8080/v1"
+api_key_env_var = ""
+
+[[models]]
+# a local model served by llama.cpp
+name = "devstral"
+provider = "llamacpp"
+alias = "my-local-model"
+
+[session_logging]
+enabled = true  # keep me
+"""
+VIBE_DOTENV = "MISTRAL_API_KEY=sk-mistral-person-own\n"
+
+
+def vibe(home: Path) -> Path:
+    """``~/.vibe/config.toml`` and ``~/.vibe/.env``; returns config.toml."""
+    write(home / ".vibe" / ".env", VIBE_DOTENV, 0o600)
+    return write(home / ".vibe" / "config.toml", VIBE_CONFIG)
+
+
+KILO_JSONC = """\
+{
+  "$schema": "https://app.kilo.ai/config.json",
+  // Kilo CLI global config
+  "provider": {
+    "ollama": {
+      "npm": "@ai-sdk/openai-compatible",
+      "options": { "baseURL": "http://localhost:11434/v1" }, // local models
+      "models": { "llama3.1:8b": {} },
+    },
+  },
+  "model": "ollama/llama3.1:8b",
+  "permission": {
+    "bash": "allow"
+  },
+}
+"""
+
+
+def kilo(home: Path) -> Path:
+    """``~/.config/kilo/kilo.jsonc`` (as Kilo CLI 7.7 leaves it after its first start, plus a provider)."""
+    return write(home / ".config" / "kilo" / "kilo.jsonc", KILO_JSONC)
+
+
+DROID_SETTINGS = """\
+{
+  // Factory Droid user settings
+  "diffMode": "github",
+  "sessionDefaultSettings": {
+    "model": "claude-sonnet-4-5-20250929",
+    "autonomyMode": "auto-low"
+  },
+  "customModels": [
+    {
+      "model": "qwen2.5-coder:7b", // local Ollama
+      "displayName": "Qwen local",
+      "baseUrl": "http://localhost:11434/v1",
+      "apiKey": "not-needed",
+      "provider": "generic-chat-completion-api",
+      "maxOutputTokens": 8192
+    }
+  ],
+  "enableCompletionBell": true
+}
+"""
+
+
+def droid(home: Path) -> Path:
+    """``~/.factory/settings.json`` with a custom model of the person's own."""
+    return write(home / ".factory" / "settings.json", DROID_SETTINGS)
+
+
+OPENCLAW_JSON = """\
+{
+  // OpenClaw config (~/.openclaw/openclaw.json); JSON5 allows comments
+  "models": {
+    "mode": "merge",
+    "providers": {
+      "litellm": {
+        "baseUrl": "http://localhost:4000/v1",
+        "apiKey": "sk-litellm-local",
+        "api": "openai-completions",
+        "models": [{ "id": "llama-3.1-8b", "name": "Llama 3.1 8B", "contextWindow": 128000 }]
+      }
+    }
+  },
+  "agents": {
+    "defaults": {
+      "workspace": "~/.openclaw/workspace",
+      "model": { "primary": "litellm/llama-3.1-8b", "fallbacks": ["litellm/llama-3.1-8b"] },
+      "timeoutSeconds": 600
+    }
+  },
+  "channels": { "whatsapp": { "allowFrom": ["+15555550123"] } },
+  "meta": { "lastTouchedVersion": "2026.9.6" }
+}
+"""
+
+
+def openclaw(home: Path) -> Path:
+    """``~/.openclaw/openclaw.json`` (mode 0600, as OpenClaw writes it)."""
+    return write(home / ".openclaw" / "openclaw.json", OPENCLAW_JSON, 0o600)
+
+
+CRUSH_JSON = """\
+{
+  "$schema": "https://charm.land/crush.json",
+  "providers": {
+    "deepseek": {
+      "type": "openai-compat",
+      "base_url": "https://api.deepseek.com/v1",
+      "api_key": "sk-deepseek-own",
+      "models": [{ "id": "deepseek-chat", "name": "Deepseek V3", "context_window": 64000, "default_max_tokens": 5000 }]
+    }
+  },
+  "models": { "large": { "model": "deepseek-chat", "provider": "deepseek", "max_tokens": 4000 } },
+  "lsp": { "go": { "command": "gopls" } },
+  "options": { "debug": false, "context_paths": ["CRUSH.md"] }
+}
+"""
+
+
+def crush(home: Path) -> Path:
+    """``~/.config/crush/crush.json``."""
+    return write(home / ".config" / "crush" / "crush.json", CRUSH_JSON)
+
+
 SAMPLES: dict[str, Callable[[Path], Path]] = {
     "aider": aider,
     "cline": cline_gen_c,
     "codex": codex,
     "continue": continue_dev,
+    "crush": crush,
+    "droid": droid,
     "gemini": gemini,
+    "goose": goose,
+    "hermes": hermes,
+    "kilo": kilo,
+    "kimi": kimi,
+    "openclaw": openclaw,
     "opencode": opencode,
+    "pi": pi,
+    "qwen": qwen,
+    "roo": roo,
+    "vibe": vibe,
+    "zed": zed,
 }
 """Per registry name: write the tool's real-format sample under a HOME, return its main file. The shared field
 cases (tests/adapters/test_openai_tools_cases.py) set every OpenAI-protocol tool up from here."""

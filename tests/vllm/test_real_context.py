@@ -2,8 +2,9 @@
 256``): after one `conduit sync`, every tool with a context setting holds the server's ``max_model_len`` as
 its context window and, where it has an output setting, the output limit conduit derives from it (vLLM lists
 none: a quarter, ``conduit.daemon.catalog.context.derived_output``; Aider's input limit is the rest), and
-`conduit models local` lists the model with it. One vLLM start for the module (about 60 s on an idle 2-core
-machine), stopped when the module ends.
+`conduit models local` lists the model with it; Claude Code's settings carry the window, its output limit and
+the local-server switch, and the server takes a request with that limit. One vLLM start for the module (about
+60 s on an idle 2-core machine), stopped when the module ends.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from ruamel.yaml import YAML
 from test_real_toolcall import _serve, _settings
@@ -85,3 +87,33 @@ def test_sync_writes_the_servers_max_model_len_and_models_lists_it(temp_home: Pa
     assert r.returncode == 0 and "tiny" in r.stdout and str(MAX_MODEL_LEN) in r.stdout
     r = conduit(temp_home, "use", "tiny2", "--no-sync")
     assert r.returncode == 3 and "did you mean `tiny`?" in r.stderr
+
+
+def test_claude_code_limits_from_the_real_server(temp_home: Path, server: VllmSettings) -> None:
+    """Claude Code's settings get the server's window, a quarter of it for output, and the local switch that
+    drops its billing block; the real server takes a Messages request with the written ``max_tokens`` and
+    refuses Claude Code's own default (32000) with HTTP 400, which is what the written value prevents."""
+    cfg = temp_home / ".config" / "conduit"
+    cfg.mkdir(parents=True)
+    (cfg / "profile.toml").write_text(
+        f'version = 1\nchannel = "local"\nmodel = "tiny"\n\n[channels.local]\nbase_url = "{server.base_url}"\n'
+        'protocols = ["openai", "anthropic"]\n\n[tools.claude_code]\n')
+    r = conduit(temp_home, "sync")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    env = json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]
+    assert {k: env.get(k) for k in ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_MAX_CONTEXT_TOKENS",
+                                    "CLAUDE_CODE_ATTRIBUTION_HEADER", "ANTHROPIC_BASE_URL")} == {
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(DERIVED_OUTPUT), "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(MAX_MODEL_LEN),
+        "CLAUDE_CODE_ATTRIBUTION_HEADER": "0", "ANTHROPIC_BASE_URL": server.base_url}
+
+    def ask(max_tokens: int) -> httpx.Response:
+        return httpx.post(env["ANTHROPIC_BASE_URL"] + "/v1/messages", timeout=120, headers={
+            "authorization": f"Bearer {env['ANTHROPIC_AUTH_TOKEN']}", "anthropic-version": "2023-06-01"},
+            json={"model": env["ANTHROPIC_MODEL"], "max_tokens": max_tokens,
+                  "messages": [{"role": "user", "content": "Say ok"}]})
+
+    refused = ask(32000)
+    assert refused.status_code == 400, refused.text[:500]
+    taken = ask(int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]))
+    assert taken.status_code == 200, taken.text[:500]
+    assert taken.json()["type"] == "message"

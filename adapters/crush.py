@@ -1,0 +1,235 @@
+"""Crush (Charm): a conduit provider and the selected models in the global ``crush.json``. Documented format only.
+
+Documented format only: npm ``@charmland/crush`` cannot install on these machines (its postinstall downloads a
+release binary from outside the package registries), so no Crush binary has read what this adapter writes; the
+real-tool tier has no case for it (``package = None``) and ``conduit verify`` runs ``one_shot`` where a person
+has Crush installed. Facts from charmbracelet/crush at tag v0.90.0 (``internal/config/load.go``,
+``internal/config/config.go``, ``internal/config/resolve.go``, ``internal/home/home.go``, ``internal/cmd/run.go``,
+``internal/cmd/root.go``, ``schema.json``, ``README.md``); docs/formats/crush.md:
+- Global config: ``$CRUSH_GLOBAL_CONFIG/crush.json``, else ``$XDG_CONFIG_HOME/crush/crush.json``, else
+  ``~/.config/crush/crush.json`` (``GlobalConfig``). Strict JSON: Crush refuses to start on a file that is not
+  (``json.Valid`` in ``loadFromConfigPaths``), so conduit refuses to edit one with comments.
+- Layers, later wins (``lookupConfigs``; objects merged key by key): ``/etc/crush/crush.json`` < the global
+  ``crush.json`` < ``crushrc`` beside it (Bash config) < the data file ``$CRUSH_GLOBAL_DATA/crush.json``, else
+  ``$XDG_DATA_HOME/crush/crush.json``, else ``~/.local/share/crush/crush.json`` (where Crush saves the models
+  picked in its window) < project files from the git root down to the working folder, in each folder
+  ``crush.json`` < ``.crush.json`` < ``crushrc`` < ``.crushrc``.
+- A custom provider: ``providers.<id> = {name, type, base_url, api_key, models: [{id, name, context_window,
+  default_max_tokens}]}``; ``type = "openai-compat"`` is the OpenAI-compatible client, which requests
+  ``base_url + "/chat/completions"`` (README: ``https://api.deepseek.com/v1``), so ``base_url`` carries the version
+  segment. A provider with models listed is not auto-discovered. ``context_window`` 0 means unknown (no
+  auto-summarize); ``default_max_tokens`` is the output cap sent.
+- Selected models: ``models.large`` / ``models.small`` = ``{model, provider}`` (``SelectedModel``).
+- ``api_key`` goes through shell expansion (``$VAR``, ``${VAR}``, ``$(command)``); with no binary to prove that a
+  reference resolves, conduit writes the key itself and keeps the file 0600.
+- One-shot: ``crush run --quiet PROMPT``; ``CRUSH_DISABLE_METRICS=1`` and ``CRUSH_DISABLE_PROVIDER_AUTO_UPDATE=1``
+  are its own opt-outs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import (
+    AdapterDefaults,
+    Blocker,
+    ClientView,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
+from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
+from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.versions import installed_version
+from conduit.adapters.limits import ABSENT, LimitLedger
+
+PROVIDER_ID = "conduit"
+BINARIES = ("crush",)
+PROJECT_FILES = ("crush.json", ".crush.json", "crushrc", ".crushrc")
+LIMIT_KEYS = {"context_window": "context_window", "default_max_tokens": "max_output_tokens"}
+"""A model entry's limit key -> the ``ToolSettings`` attribute it is written from."""
+
+
+class CrushOptions(BaseModel):
+    """``[tools.crush]`` options.
+
+    Attributes:
+        create: write ``crush.json`` even when Crush's config directory does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def config_file(env: Env) -> Path:
+    """The global ``crush.json``: in ``$CRUSH_GLOBAL_CONFIG``, else ``<XDG config>/crush``."""
+    d = env.get("CRUSH_GLOBAL_CONFIG")
+    return (Path(d).expanduser() if d else env.config_home() / "crush") / "crush.json"
+
+
+def data_file(env: Env) -> Path:
+    """The data ``crush.json`` (ranks above the global one): ``$CRUSH_GLOBAL_DATA``, ``$XDG_DATA_HOME/crush``, else
+    ``~/.local/share/crush``."""
+    d = env.get("CRUSH_GLOBAL_DATA")
+    if d:
+        return Path(d).expanduser() / "crush.json"
+    xdg = env.get("XDG_DATA_HOME")
+    return (Path(xdg).expanduser() if xdg else env.home / ".local" / "share") / "crush" / "crush.json"
+
+
+class Crush(AdapterDefaults):
+    """Adapter for Crush's global ``crush.json`` (documented format only: no binary installs here)."""
+
+    name: ClassVar[str] = "crush"
+    display_name: ClassVar[str] = "Crush"
+    protocol: ClassVar[Protocol_] = "openai"
+    writes_context: ClassVar[bool] = True  # context_window / default_max_tokens land in its file
+    owned_keys: ClassVar[tuple[str, ...]] = (
+        "crush.json: providers.conduit (name, type, base_url, api_key, models[<model>].{id,name,context_window,"
+        "default_max_tokens}), models.large and models.small (model, provider)",
+    )
+    restart_hint: ClassVar[str | None] = "restart Crush: it reads its config at start-up"
+    Options: ClassVar[type[BaseModel]] = CrushOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("CRUSH_GLOBAL_CONFIG", "CRUSH_GLOBAL_DATA", "XDG_CONFIG_HOME",
+                                           "XDG_DATA_HOME")
+
+    # CRUSH_DISABLE_METRICS: internal/cmd/root.go; CRUSH_DISABLE_PROVIDER_AUTO_UPDATE: internal/config/load.go.
+    one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("run", "--quiet"),
+                                                 opt_outs={"CRUSH_DISABLE_METRICS": "1",
+                                                           "CRUSH_DISABLE_PROVIDER_AUTO_UPDATE": "1"})
+    package: ClassVar[Package | None] = None  # @charmland/crush's postinstall downloads from outside the registries
+    competing: ClassVar[Competing] = Competing(files=PROJECT_FILES, walks_up=PROJECT_FILES)
+    tool_dirs: ClassVar[Mapping[str, str]] = {"CRUSH_GLOBAL_CONFIG": ".config/crush",
+                                              "CRUSH_GLOBAL_DATA": ".local/share/crush"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """The global ``crush.json`` and ``crushrc`` beside it, and the data ``crush.json``."""
+        return [config_file(env), config_file(env).with_name("crushrc"), data_file(env)]
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Target: the provider and selected-model edits in the global ``crush.json`` (0600: it holds the key).
+
+        Raises:
+            NotFound: no Crush config directory and ``create`` is off.
+        """
+        opts = settings.options_as(CrushOptions)
+        path = config_file(env)
+        if not path.parent.is_dir() and not opts.create:
+            raise NotFound(f"Crush not found: no {path.parent}; install Crush, or set [tools.crush] create = true")
+        ledger = settings.limits or LimitLedger()
+
+        def transform(doc: dict[str, Any]) -> dict[str, Any]:
+            ledger.begin(path)
+            providers = _obj(doc.get("providers"))
+            provider = dict(_obj(providers.get(PROVIDER_ID)))
+            provider.update({"name": f"conduit ({settings.channel})", "type": "openai-compat",
+                             "base_url": settings.root.openai_base(), "api_key": settings.key_or_placeholder})
+            provider["models"] = _models(provider, settings, ledger, path)
+            doc["providers"] = {**providers, PROVIDER_ID: provider}
+            selected = _obj(doc.get("models"))
+            wanted = {"large": settings.model, "small": settings.small_model or settings.model}
+            doc["models"] = {**selected, **{slot: {**_obj(selected.get(slot)), "model": model, "provider": PROVIDER_ID}
+                                            for slot, model in wanted.items()}}
+            return doc
+
+        return [json_target(path, transform, secret_keys=("api_key",), label=path.name)]
+
+    def inspect(self, env: Env) -> ToolFacts:
+        """Facts for doctor: the file, conduit's provider (key masked), the selected models."""
+        path = config_file(env)
+        doc, error = read_json_quietly(path)
+        provider = _provider(doc, PROVIDER_ID)
+        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
+                   "owned": {"base_url": provider.get("base_url"), "type": provider.get("type"),
+                             "api_key": shown(provider.get("api_key"), secret=True),
+                             "models": doc.get("models")},
+                   "version": installed_version(BINARIES), "format": "documented only (no binary verified here)"}
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Crush sends for ``models.large``: its provider's ``base_url`` + ``/chat/completions`` with its
+        ``api_key`` (``$VAR`` / ``${VAR}`` read from the environment; a command substitution is not run)."""
+        doc, _ = read_json_quietly(config_file(env))
+        large = _obj(_obj(doc.get("models")).get("large"))
+        if not large:
+            return None
+        provider = _provider(doc, str(large.get("provider") or ""))
+        if not provider.get("base_url"):
+            return None
+        key = str(provider.get("api_key") or "")
+        if key.startswith("$") and not key.startswith("$("):
+            return ClientView(str(provider["base_url"]), env.get(key.strip("${}")) or "", str(large.get("model")))
+        return ClientView(str(provider["base_url"]), key, str(large.get("model") or ""),
+                          key_files=(config_file(env),))
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """What wins over the global ``crush.json``: project files, the ``crushrc`` beside it, and the data file's
+        selected models or conduit provider."""
+        out = self.competing.blockers(env.environ, env.cwd)
+        rc = config_file(env).with_name("crushrc")
+        if rc.is_file():
+            out.append(Blocker("overridden", str(rc), "a crushrc beside crush.json ranks above it (Bash config)",
+                               f"remove the provider and model settings from {rc}"))
+        data = data_file(env)
+        doc, _ = read_json_quietly(data)
+        selected = _obj(doc.get("models"))
+        for slot in ("large", "small"):
+            pick = selected.get(slot)
+            if isinstance(pick, dict) and pick.get("provider") not in (None, PROVIDER_ID):
+                out.append(Blocker("overridden", f"{data} models.{slot}",
+                                   f"Crush's data file selects provider \"{pick.get('provider')}\" for the {slot} "
+                                   "model, which ranks above crush.json", f"remove models.{slot} from {data}, or "
+                                   "pick the conduit provider in Crush's model list"))
+        if _provider(doc, PROVIDER_ID):
+            out.append(Blocker("overridden", f"{data} providers.{PROVIDER_ID}",
+                               "Crush's data file has its own conduit provider, which ranks above crush.json",
+                               f"remove providers.{PROVIDER_ID} from {data}"))
+        return out
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else ``{}``."""
+    return value if isinstance(value, dict) else {}
+
+
+def _provider(doc: dict[str, Any], provider_id: str) -> dict[str, Any]:
+    """``providers.<id>``, or ``{}``."""
+    return _obj(_obj(doc.get("providers")).get(provider_id))
+
+
+def _models(provider: dict[str, Any], settings: ToolSettings, ledger: LimitLedger, path: Path) -> list[Any]:
+    """The provider's ``models`` with an entry for the main and the small model (others, and the person's other
+    keys in those entries, kept); the main model's limit keys settled by the ledger."""
+    current = provider.get("models")
+    models = list(current) if isinstance(current, list) else []
+    for model in dict.fromkeys([settings.model, settings.small_model or settings.model]):
+        at = next((i for i, m in enumerate(models) if isinstance(m, dict) and m.get("id") == model), None)
+        entry: dict[str, Any] = dict(models[at]) if at is not None else {}
+        entry["id"] = model
+        entry.setdefault("name", model)
+        if model == settings.model:
+            for key, attr in LIMIT_KEYS.items():
+                value = ledger.settle(path, f"{model}.{key}", entry.get(key, ABSENT), getattr(settings, attr))
+                if value is ABSENT:
+                    entry.pop(key, None)
+                else:
+                    entry[key] = value
+        if at is None:
+            models.append(entry)
+        else:
+            models[at] = entry
+    return models
+
+
+__all__ = ["Crush", "CrushOptions", "config_file", "data_file"]

@@ -1,0 +1,240 @@
+"""Hermes Agent: a named custom provider in ``~/.hermes/config.yaml``, its key in ``~/.hermes/.env``.
+
+Facts (PyPI ``hermes-agent`` 0.19.0, read in the installed package):
+- Files (``hermes_constants.py`` ``get_hermes_home``, ``hermes_cli/config.py`` ``load_config``):
+  ``$HERMES_HOME/config.yaml``, default ``~/.hermes/config.yaml`` (YAML, deep-merged over the built-in defaults;
+  an optional managed ``config.yaml`` of the machine ranks above it). ``model`` may be a string (the model) or a
+  mapping (``default``, ``provider``, ``base_url``, ``api_key``, ``api_mode``, ``context_length``,
+  ``max_tokens``...).
+- A named custom provider (``hermes_cli/runtime_provider.py`` ``_get_named_custom_provider``,
+  ``_resolve_named_custom_runtime``): ``providers.<name>`` with ``base_url`` (or ``url``/``api``), ``key_env``
+  (a variable holding the key; an inline ``api_key`` is the fallback), ``api_mode`` (``chat_completions``,
+  ``codex_responses``, ``anthropic_messages``; detected from the URL when absent), selected by
+  ``model.provider = "custom:<name>"``, the form Hermes's own ``hermes model`` writes
+  (``hermes_cli/model_setup_flows.py``). conduit owns ``providers.conduit`` (``name``, ``base_url``,
+  ``key_env``, ``api_mode``) and ``model.default`` / ``model.provider``; every other key is the person's.
+- ``api_mode: chat_completions`` makes the OpenAI SDK client request ``base_url + "/chat/completions"``
+  (``run_agent.py``), so ``base_url`` carries the version segment; the key goes as ``Authorization: Bearer``.
+- The key (``hermes_cli/env_loader.py`` ``load_hermes_dotenv``): ``$HERMES_HOME/.env`` is loaded at start-up
+  with override, so its ``CONDUIT_API_KEY`` beats an exported one; conduit writes the key there (0600).
+- Limits (``agent/agent_init.py``): ``model.context_length`` (tokens) replaces Hermes's detected window;
+  ``model.max_tokens`` is sent as the request's ``max_tokens``. Both written only while known and conduit's.
+  Hermes refuses a model whose window is under 64 000 tokens (``MINIMUM_CONTEXT``).
+- One-shot (``hermes_cli/oneshot.py``): ``hermes -z PROMPT`` prints the final answer; its model is
+  ``--model``, else ``HERMES_INFERENCE_MODEL``, else ``model.default``; the provider is the config's
+  ``model.provider`` (``HERMES_INFERENCE_PROVIDER`` only when the config names none).
+Proven with the binary: docs/formats/hermes.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import (
+    AdapterDefaults,
+    ClientView,
+    Effective,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.declarations import (
+    OPENAI_FORMS,
+    OPENAI_ROUTES,
+    Blocker,
+    Competing,
+    OneShot,
+    Package,
+    read_env_quietly,
+)
+from conduit.adapters.formats.textformats import dotenv_target, parse_yaml, yaml_target
+from conduit.adapters.formats.versions import installed_version
+from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.errors import ToolFileError
+from conduit.redact import fingerprint
+
+PROVIDER_ID = "conduit"
+SELECTOR = f"custom:{PROVIDER_ID}"
+"""``model.provider``: how Hermes names the user-defined provider ``providers.conduit``."""
+KEY_VAR = "CONDUIT_API_KEY"
+BINARIES = ("hermes",)
+LIMITS = (("context_length", "context_window"), ("max_tokens", "max_output_tokens"))
+"""``model.<key>`` and the ``ToolSettings`` field it is written from."""
+MINIMUM_CONTEXT = 64_000
+"""Hermes refuses to run a model with a smaller window (``agent/model_metadata.py`` ``MINIMUM_CONTEXT_LENGTH``):
+seen with the binary ("below the minimum 64,000 required by Hermes Agent"); conduit's sync says so."""
+
+
+class HermesOptions(BaseModel):
+    """``[tools.hermes]`` options.
+
+    Attributes:
+        create: write config.yaml and .env even when Hermes's directory does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def hermes_home(env: Env) -> Path:
+    """``$HERMES_HOME`` or ``~/.hermes``."""
+    base = env.get("HERMES_HOME")
+    return Path(base).expanduser() if base else env.home / ".hermes"
+
+
+class Hermes(AdapterDefaults):
+    """Adapter for Hermes Agent's config.yaml (provider ``conduit``, ``model``) and ``.env`` (the key)."""
+
+    name: ClassVar[str] = "hermes"
+    display_name: ClassVar[str] = "Hermes Agent"
+    protocol: ClassVar[Protocol_] = "openai"
+    writes_context: ClassVar[bool] = True  # model.context_length / model.max_tokens
+    owned_keys: ClassVar[tuple[str, ...]] = (
+        "config.yaml: model.default, model.provider, providers.conduit.{name,base_url,key_env,api_mode}, "
+        "model.context_length and model.max_tokens (while conduit's: a value the person set is kept)",
+        f".env: {KEY_VAR}",
+    )
+    restart_hint: ClassVar[str | None] = "start a new Hermes session: it reads config.yaml and .env at start-up"
+    Options: ClassVar[type[BaseModel]] = HermesOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("HERMES_HOME", "HERMES_INFERENCE_MODEL")
+
+    one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("-z",), timeout_s=150.0)
+    package: ClassVar[Package | None] = Package("pypi", "hermes-agent[anthropic]", "0.19.0", BINARIES)
+    competing: ClassVar[Competing] = Competing(("HERMES_INFERENCE_MODEL",))
+    tool_dirs: ClassVar[Mapping[str, str]] = {"HERMES_HOME": ".hermes"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """config.yaml, .env and auth.json (credential pools) in ``hermes_home``."""
+        return [hermes_home(env) / n for n in ("config.yaml", ".env", "auth.json")]
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Targets: config.yaml (``providers.conduit``, ``model``) and the key in .env."""
+        opts = settings.options_as(HermesOptions)
+        home = hermes_home(env)
+        if not home.is_dir() and not opts.create:
+            raise NotFound(f"Hermes Agent not found: no {home}; install Hermes, or set [tools.hermes] create = true")
+        path = home / "config.yaml"
+        ledger = settings.limits or LimitLedger()
+        provider = {"name": PROVIDER_ID, "base_url": settings.root.openai_base(), "key_env": KEY_VAR,
+                    "api_mode": "chat_completions"}
+
+        def transform(doc: Any) -> None:
+            from ruamel.yaml.comments import CommentedMap  # lazy: YAML only when Hermes syncs
+
+            model = doc.get("model")
+            if not isinstance(model, dict):
+                model = CommentedMap(default=model) if isinstance(model, str) and model else CommentedMap()
+                doc["model"] = model
+            for k, v in (("default", settings.model), ("provider", SELECTOR)):
+                if model.get(k) != v:
+                    model[k] = v
+            ledger.begin(path)
+            for key, field in LIMITS:
+                value = ledger.settle(path, f"model.{key}", model.get(key, ABSENT), getattr(settings, field))
+                if value is ABSENT:
+                    model.pop(key, None)
+                elif model.get(key, ABSENT) != value:
+                    model[key] = value
+            providers = doc.get("providers")
+            if providers is None:
+                providers = doc["providers"] = CommentedMap()
+            elif not isinstance(providers, dict):
+                raise ToolFileError(f"{path}: providers is not a mapping",
+                                    "make providers a mapping (name: settings); conduit left the file unchanged")
+            entry = providers.get(PROVIDER_ID)
+            if not isinstance(entry, dict):
+                entry = providers[PROVIDER_ID] = CommentedMap()
+            for k, v in provider.items():
+                if entry.get(k) != v:
+                    entry[k] = v
+
+        # config.yaml holds no key (key_env names it): its mode is kept; .env holds it (0600).
+        config = yaml_target(path, transform, secret_keys=("api_key",), mode=0o644, label="config.yaml")
+        if settings.context_window is not None and settings.context_window < MINIMUM_CONTEXT:
+            config.notices = (f"Hermes Agent refuses a model whose window ({settings.context_window} tokens) is under "
+                              f"{MINIMUM_CONTEXT}: it will not start with {settings.model}",)
+        return [config,
+                dotenv_target(home / ".env", {KEY_VAR: settings.key_or_placeholder}, secret_keys=(KEY_VAR,),
+                              label=".env")]
+
+    def inspect(self, env: Env) -> ToolFacts:
+        """Facts for doctor: the files, conduit's values (key masked), the variable that picks another model."""
+        home = hermes_home(env)
+        path = home / "config.yaml"
+        doc, error = _read(path)
+        model = _model(doc)
+        entry = _provider(doc, PROVIDER_ID)
+        key = read_env_quietly(home / ".env").get(KEY_VAR)
+        effective: dict[str, Effective] = {}
+        if env.get("HERMES_INFERENCE_MODEL"):
+            effective["model"] = Effective(env.get("HERMES_INFERENCE_MODEL"), "shell environment", True,
+                                           "HERMES_INFERENCE_MODEL replaces model.default in one-shot runs")
+        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
+                   "owned": {"model.default": model.get("default"), "model.provider": model.get("provider"),
+                             "base_url": entry.get("base_url"), "key_env": entry.get("key_env"),
+                             "api_mode": entry.get("api_mode"), KEY_VAR: fingerprint(key) if key else None,
+                             "context_length": model.get("context_length"), "max_tokens": model.get("max_tokens")},
+                   "version": installed_version(BINARIES)}
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
+                         effective=effective)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """``HERMES_INFERENCE_MODEL`` exported: one-shot runs use it instead of ``model.default``."""
+        return self.competing.blockers(env.environ, env.cwd)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Hermes sends for ``model.provider = "custom:<name>"``: that provider's ``base_url``, the key from
+        ``key_env`` in ``.env`` (else its inline ``api_key``), ``model.default``, and the endpoint of its
+        ``api_mode``; None when the selected provider is not a named custom one with a base URL."""
+        home = hermes_home(env)
+        doc, _ = _read(home / "config.yaml")
+        model = _model(doc)
+        selected = str(model.get("provider") or "")
+        entry = _provider(doc, selected.removeprefix("custom:"))
+        base = entry.get("base_url") or entry.get("url") or entry.get("api")
+        if not base or entry.get("api_mode") not in (None, "chat_completions", "codex_responses"):
+            return None
+        key_env = str(entry.get("key_env") or "")
+        dotenv = read_env_quietly(home / ".env")
+        key, files = (dotenv.get(key_env, ""), (home / ".env",)) if key_env in dotenv else \
+            (str(entry.get("api_key") or ""), (home / "config.yaml",))
+        endpoint = "responses" if entry.get("api_mode") == "codex_responses" else "chat/completions"
+        return ClientView(str(base), key, str(model.get("default") or ""), endpoint, files)
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """config.yaml as a mapping and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
+    try:
+        return parse_yaml(path.read_text(encoding="utf-8"), path=path), None
+    except FileNotFoundError:
+        return {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        return {}, str(exc)
+
+
+def _model(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``model`` as a mapping (a string ``model`` is ``{"default": it}``)."""
+    model = doc.get("model")
+    if isinstance(model, str):
+        return {"default": model}
+    return model if isinstance(model, dict) else {}
+
+
+def _provider(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """``providers.<name>``, or ``{}``."""
+    providers = doc.get("providers")
+    entry = providers.get(name) if isinstance(providers, dict) and name else None
+    return entry if isinstance(entry, dict) else {}
+
+
+__all__ = ["Hermes", "HermesOptions", "hermes_home"]

@@ -1,0 +1,321 @@
+"""OpenClaw: a conduit provider in ``openclaw.json``, its key read from conduit's own key file.
+
+Facts (npm ``openclaw@2026.9.6``: its ``dist/`` bundle, whose region comments name the source files, and its
+``docs/``; facts in docs/formats/openclaw.md):
+- File (``src/config/paths.ts``, ``src/config/state-dir.ts``): ``$OPENCLAW_CONFIG_PATH`` when set; else the
+  first existing of ``$OPENCLAW_STATE_DIR/{openclaw,clawdbot}.json`` (when that variable is set),
+  ``~/.openclaw/{openclaw,clawdbot}.json``, ``~/.clawdbot/{openclaw,clawdbot}.json``; else ``openclaw.json`` in
+  the state directory (``$OPENCLAW_STATE_DIR``, else ``~/.openclaw``). ``~`` is ``$OPENCLAW_HOME`` when set,
+  else ``$HOME``. JSON5 (docs ``gateway/configuration.md``); OpenClaw writes it as plain JSON, mode 0600. conduit
+  edits it as JSON with comments and trailing commas (comments and order kept); a file using JSON5-only syntax
+  (unquoted keys, single quotes) is refused, unchanged. OpenClaw refuses unknown keys (strict validation), so
+  conduit writes only documented ones.
+- Provider (docs ``gateway/config-tools/custom-providers.md``): ``models.providers.<id> = {baseUrl, apiKey, api,
+  models: [{id, name, contextWindow, maxTokens}]}``; ``api = "openai-completions"`` requests
+  ``baseUrl + "/chat/completions"`` (the OpenAI SDK), so ``baseUrl`` carries the version segment. The model is
+  ``agents.defaults.model``: a ``"<provider>/<model>"`` string or ``{primary, fallbacks}``.
+- Key: ``apiKey`` takes a SecretRef ``{source: "file", provider: P, id: "value"}`` with ``secrets.providers.P =
+  {source: "file", path, mode: "singleValue"}`` (docs ``gateway/config-secrets-env.md``; ``src/secrets/resolve.ts``
+  reads the file, refuses one others may read, drops a BOM and one trailing newline). conduit points it at its
+  own key file (``<conduit config>/tool-keys/<channel>.key``, 0600), so the key never enters OpenClaw's files,
+  and a SecretRef-managed key is never replaced by a stale one kept in an agent's ``models.json``.
+- Limits: a model entry's ``contextWindow`` (tokens) and ``maxTokens`` (output cap; sent as
+  ``max_completion_tokens``); written when known, through ``conduit.adapters.limits``.
+- What outranks the file: an agent's own ``agents.entries.<id>.model``; and an agent's generated
+  ``<state>/agents/<id>/agent/models.json`` (or ``$OPENCLAW_AGENT_DIR/models.json``), whose non-empty
+  ``baseUrl`` for a provider wins over the config's when both name the same ``api``
+  (``src/agents/models-config.merge.ts``, ``shouldPreserveExistingBaseUrl``). OpenClaw reads no project config.
+- One-shot: ``openclaw agent exec PROMPT`` (docs ``cli/agent.md``): one embedded turn without a Gateway, in a
+  temporary state directory, against the ordinary config. Needs Node >= 24.16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import (
+    AdapterDefaults,
+    Blocker,
+    ClientView,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
+from conduit.adapters.formats.jsonc import Edit
+from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, plain_target
+from conduit.adapters.formats.versions import installed_version
+from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.opencode import key_file
+from conduit.errors import ToolFileError
+
+PROVIDER_ID = "conduit"
+SECRET_PROVIDER = "conduit"
+API = "openai-completions"
+BINARIES = ("openclaw",)
+CONFIG_NAMES = ("openclaw.json", "clawdbot.json")
+STATE_DIRS = (".openclaw", ".clawdbot")
+LIMIT_KEYS = {"contextWindow": "context_window", "maxTokens": "max_output_tokens"}
+"""A model entry's limit key -> the ``ToolSettings`` attribute it is written from."""
+
+
+class OpenClawOptions(BaseModel):
+    """``[tools.openclaw]`` options.
+
+    Attributes:
+        create: write ``openclaw.json`` even when OpenClaw's state directory does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def openclaw_home(env: Env) -> Path:
+    """``$OPENCLAW_HOME`` (``~`` expanded against ``$HOME``), else ``$HOME``."""
+    value = env.get("OPENCLAW_HOME")
+    return _expand(value, env.home) if value else env.home
+
+
+def _expand(value: str, home: Path) -> Path:
+    """``value`` as OpenClaw resolves a user path: a leading ``~`` is ``home``; relative to the working folder."""
+    if value == "~" or value.startswith("~/"):
+        return home / value[2:]
+    return Path(value).absolute()
+
+
+def state_dir(env: Env) -> Path:
+    """``$OPENCLAW_STATE_DIR``; else ``~/.openclaw``, or ``~/.clawdbot`` when only that one exists."""
+    home = openclaw_home(env)
+    override = env.get("OPENCLAW_STATE_DIR")
+    if override:
+        return _expand(override, home)
+    return next((home / d for d in STATE_DIRS if (home / d).exists()), home / STATE_DIRS[0])
+
+
+def config_file(env: Env) -> Path:
+    """The config file OpenClaw reads (``resolveConfigPathCandidate``): ``$OPENCLAW_CONFIG_PATH``, else the first
+    existing candidate, else ``openclaw.json`` in ``state_dir``."""
+    home = openclaw_home(env)
+    explicit = env.get("OPENCLAW_CONFIG_PATH")
+    if explicit:
+        return _expand(explicit, home)
+    dirs = ([_expand(env.get("OPENCLAW_STATE_DIR") or "", home)] if env.get("OPENCLAW_STATE_DIR") else [])
+    dirs += [home / d for d in STATE_DIRS]
+    found = next((d / n for d in dirs for n in CONFIG_NAMES if (d / n).exists()), None)
+    return found or state_dir(env) / CONFIG_NAMES[0]
+
+
+class OpenClaw(AdapterDefaults):
+    """Adapter for OpenClaw's ``openclaw.json`` (a conduit provider, its key by reference, the default model)."""
+
+    name: ClassVar[str] = "openclaw"
+    display_name: ClassVar[str] = "OpenClaw"
+    protocol: ClassVar[Protocol_] = "openai"
+    writes_context: ClassVar[bool] = True  # contextWindow / maxTokens land in its file
+    owned_keys: ClassVar[tuple[str, ...]] = (
+        "openclaw.json: models.providers.conduit (baseUrl, apiKey, api, models[<model>].{id,name,contextWindow,"
+        "maxTokens}), secrets.providers.conduit (source, path, mode), agents.defaults.model (its primary)",
+        "<conduit config>/tool-keys/<channel>.key",
+    )
+    restart_hint: ClassVar[str | None] = ("restart a running OpenClaw Gateway if it did not reload openclaw.json; "
+                                          "one-shot runs read it at start-up")
+    Options: ClassVar[type[BaseModel]] = OpenClawOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("OPENCLAW_HOME", "OPENCLAW_STATE_DIR", "OPENCLAW_CONFIG_PATH",
+                                           "OPENCLAW_AGENT_DIR", "XDG_CONFIG_HOME")
+
+    # OPENCLAW_NO_AUTO_UPDATE, OPENCLAW_OFFLINE: openclaw docs help/environment.md ("Feature and runtime toggles").
+    one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("agent", "exec"), timeout_s=240.0,
+                                                 opt_outs={"OPENCLAW_NO_AUTO_UPDATE": "1", "OPENCLAW_OFFLINE": "1"})
+    package: ClassVar[Package | None] = Package("npm", "openclaw", "2026.9.6", BINARIES, recipe="node24")
+    competing: ClassVar[Competing] = Competing()
+    tool_dirs: ClassVar[Mapping[str, str]] = {"OPENCLAW_HOME": ".", "OPENCLAW_STATE_DIR": ".openclaw",
+                                              "OPENCLAW_CONFIG_PATH": ".openclaw/openclaw.json"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """``openclaw.json`` and the state directory's ``.env`` (the agents' ``models.json`` are regenerated)."""
+        return [config_file(env), state_dir(env) / ".env"]
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Targets: conduit's key file and the provider, secret provider and model edits in ``openclaw.json``.
+
+        Raises:
+            NotFound: no OpenClaw state directory and ``create`` is off.
+        """
+        opts = settings.options_as(OpenClawOptions)
+        path = config_file(env)
+        if not path.parent.is_dir() and not opts.create:
+            raise NotFound(f"OpenClaw not found: no {path.parent}; install OpenClaw, or set [tools.openclaw] "
+                           "create = true")
+        kf = key_file(settings.channel, env)
+        ledger = settings.limits or LimitLedger()
+
+        def edits(doc: dict[str, Any]) -> list[Edit]:
+            ledger.begin(path)
+            provider = ("models", "providers", PROVIDER_ID)
+            secret = ("secrets", "providers", SECRET_PROVIDER)
+            out: list[Edit] = [((*secret, "source"), "file"), ((*secret, "path"), str(kf)),
+                               ((*secret, "mode"), "singleValue"),
+                               ((*provider, "baseUrl"), settings.root.openai_base()),
+                               ((*provider, "apiKey"), {"source": "file", "provider": SECRET_PROVIDER, "id": "value"}),
+                               ((*provider, "api"), API),
+                               ((*provider, "models"), _models(_dig(doc, *provider), settings, ledger, path))]
+            current = _dig(doc, "agents", "defaults").get("model")
+            ref = f"{PROVIDER_ID}/{settings.model}"
+            out.append((("agents", "defaults", "model"), ref) if isinstance(current, str)
+                       else (("agents", "defaults", "model", "primary"), ref))
+            return out
+
+        return [plain_target(kf, settings.key_or_placeholder, label=f"tool-keys/{kf.name}"),
+                jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name)]
+
+    def inspect(self, env: Env) -> ToolFacts:
+        """Facts for doctor: the file, conduit's provider (key shown as its reference), the model, the version."""
+        path = config_file(env)
+        doc, error = _read(path)
+        provider = _dig(doc, "models", "providers", PROVIDER_ID)
+        api_key = provider.get("apiKey")
+        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
+                   "owned": {"baseUrl": provider.get("baseUrl"), "api": provider.get("api"),
+                             "apiKey": api_key if isinstance(api_key, dict) or _is_env_ref(api_key) else
+                             ("(literal key)" if api_key else None),
+                             "model": _primary(doc)},
+                   "version": installed_version(BINARIES)}
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What OpenClaw sends for its default model: the provider's ``baseUrl`` and its ``apiKey`` resolved
+        (a literal, ``${VAR}``, or a SecretRef to an env variable or a ``singleValue`` file)."""
+        doc, _ = _read(config_file(env))
+        provider_id, _, model = (_primary(doc) or "").partition("/")
+        provider = _dig(doc, "models", "providers", provider_id)
+        if not provider.get("baseUrl"):
+            return None
+        key, key_files = _resolve_key(doc, provider.get("apiKey"), env)
+        endpoint = "responses" if provider.get("api") == "openai-responses" else "chat/completions"
+        return ClientView(str(provider["baseUrl"]), key, model, endpoint, key_files)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """Sources that win over ``openclaw.json``: an agent entry with its own model, and an agent's generated
+        ``models.json`` keeping another ``baseUrl`` for conduit's provider."""
+        path = config_file(env)
+        doc, _ = _read(path)
+        ref = f"{PROVIDER_ID}/{settings.model}"
+        out: list[Blocker] = []
+        entries = _dig(doc, "agents", "entries")
+        for agent, entry in entries.items():
+            model = entry.get("model") if isinstance(entry, dict) else None
+            own = model.get("primary") if isinstance(model, dict) else model
+            if own and own != ref:
+                out.append(Blocker("overridden", f"{path} agents.entries.{agent}.model",
+                                   f"agent \"{agent}\" has its own model \"{own}\", which replaces conduit's \"{ref}\"",
+                                   f"remove model from agents.entries.{agent} in {path}"))
+        base = settings.root.openai_base()
+        for models_json in _agent_models_files(env):
+            mdoc, _ = _read(models_json)
+            kept = _dig(mdoc, "providers", PROVIDER_ID)
+            if kept.get("baseUrl") and kept.get("baseUrl") != base and kept.get("api", API) == API:
+                out.append(Blocker("overridden", str(models_json),
+                                   f"this agent's generated models.json keeps baseUrl \"{kept['baseUrl']}\" for "
+                                   f"provider \"{PROVIDER_ID}\", which wins over openclaw.json's \"{base}\"",
+                                   f"delete the \"{PROVIDER_ID}\" entry from {models_json} (OpenClaw rebuilds it "
+                                   "from openclaw.json)"))
+        return out
+
+
+def _models(provider: dict[str, Any], settings: ToolSettings, ledger: LimitLedger, path: Path) -> list[Any]:
+    """Conduit's provider's ``models`` list with the profile's model entry in place (other entries, and the
+    person's other keys in that entry, kept): ``id``, ``name``, and each limit key settled by the ledger."""
+    current = provider.get("models")
+    models = list(current) if isinstance(current, list) else []
+    at = next((i for i, m in enumerate(models) if isinstance(m, dict) and m.get("id") == settings.model), None)
+    entry: dict[str, Any] = dict(models[at]) if at is not None else {}
+    entry["id"] = settings.model
+    entry.setdefault("name", settings.model)
+    for key, attr in LIMIT_KEYS.items():
+        value = ledger.settle(path, f"{settings.model}.{key}", entry.get(key, ABSENT), getattr(settings, attr))
+        if value is ABSENT:
+            entry.pop(key, None)
+        else:
+            entry[key] = value
+    if at is None:
+        models.append(entry)
+    else:
+        models[at] = entry
+    return models
+
+
+def _dig(doc: Any, *keys: str) -> dict[str, Any]:
+    """The object at ``keys`` under ``doc``, or ``{}`` when missing or not an object."""
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) else {}
+
+
+def _primary(doc: dict[str, Any]) -> str | None:
+    """``agents.defaults.model`` as a ``provider/model`` string (its ``primary`` in the object form), or None."""
+    model = _dig(doc, "agents", "defaults").get("model")
+    model = model.get("primary") if isinstance(model, dict) else model
+    return model if isinstance(model, str) else None
+
+
+def _is_env_ref(value: Any) -> bool:
+    """``${VAR}`` (OpenClaw's env substitution; upper-case names only)."""
+    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
+
+
+def _resolve_key(doc: dict[str, Any], api_key: Any, env: Env) -> tuple[str, tuple[Path, ...]]:
+    """The key ``api_key`` stands for and the files holding it: a literal (in the config file), ``${VAR}``, or a
+    SecretRef (``env``: the variable; ``file`` with a ``singleValue`` provider: that file, BOM and one trailing
+    newline dropped). ``("", ())`` when it cannot be resolved."""
+    if _is_env_ref(api_key):
+        return env.get(api_key[2:-1]) or "", ()
+    if isinstance(api_key, str):
+        return api_key, (config_file(env),)
+    if not isinstance(api_key, dict):
+        return "", ()
+    if api_key.get("source") == "env":
+        return env.get(str(api_key.get("id") or "")) or "", ()
+    secret = _dig(doc, "secrets", "providers", str(api_key.get("provider") or ""))
+    if api_key.get("source") != "file" or secret.get("mode") != "singleValue" or not secret.get("path"):
+        return "", ()
+    kf = _expand(str(secret["path"]), openclaw_home(env))
+    try:
+        text = kf.read_text(encoding="utf-8").removeprefix("\ufeff")
+    except (OSError, UnicodeDecodeError):
+        return "", ()
+    return text.removesuffix("\n").removesuffix("\r"), (kf,)
+
+
+def _agent_models_files(env: Env) -> list[Path]:
+    """The agents' generated ``models.json`` files that exist: ``$OPENCLAW_AGENT_DIR/models.json``, and
+    ``<state>/agents/<id>/agent/models.json``."""
+    found = [Path(env.get("OPENCLAW_AGENT_DIR") or "") / "models.json"] if env.get("OPENCLAW_AGENT_DIR") else []
+    agents = state_dir(env) / "agents"
+    try:
+        found += sorted(agents.glob("*/agent/models.json"))
+    except OSError:
+        pass
+    return [p for p in dict.fromkeys(found) if p.is_file()]
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A JSON/JSONC file and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
+    try:
+        return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
+    except FileNotFoundError:
+        return {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        return {}, str(exc)
+
+
+__all__ = ["OpenClaw", "OpenClawOptions", "config_file", "openclaw_home", "state_dir"]

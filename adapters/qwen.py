@@ -1,0 +1,318 @@
+"""Qwen Code: conduit's ``modelProviders.openai`` entry and the selected model in ``~/.qwen/settings.json``; the
+key in ``~/.qwen/.env``, referenced by the entry's ``envKey``.
+
+Facts, read in the npm package ``@qwen-code/qwen-code`` 0.24.4 (its bundled ``chunks/*.js``; the sources they
+name are QwenLM/qwen-code ``packages/cli/src/config/settings.ts``, ``environment.ts``, ``settingsSchema.ts`` and
+``packages/core/src/models/modelConfigResolver.ts``) and QwenLM/qwen-code ``docs/users/configuration/
+model-providers.md``; proven with the 0.24.4 binary (docs/formats/qwen.md):
+- Directory: ``$QWEN_HOME`` (``~`` expanded), else ``~/.qwen`` (``Storage.getGlobalQwenDir``). ``settings.json``
+  is read through ``strip-json-comments`` and ``JSON.parse``: comments are fine, a trailing comma is not. Layers,
+  later wins: ``system-defaults.json`` < user < workspace ``<cwd>/.qwen/settings.json`` (not when the working
+  folder is the home folder) < system ``$QWEN_CODE_SYSTEM_SETTINGS_PATH`` or ``/etc/qwen-code/settings.json``;
+  ``modelProviders`` is merged by replacement (a workspace's list replaces the user's whole). At start-up Qwen
+  Code adds ``"$version": 4`` to a settings file that lacks it, keeping its layout.
+- ``security.auth.selectedType = "openai"`` picks the OpenAI protocol; ``model.name`` the model (it ranks above
+  ``OPENAI_MODEL``/``QWEN_MODEL``); ``model.baseUrl`` chooses among ``modelProviders`` entries sharing an id
+  (the first entry with that id is used otherwise). The chosen ``modelProviders.openai[]`` entry
+  (``{"id", "name", "baseUrl", "envKey", "generationConfig"}``) gives the base URL (above ``OPENAI_BASE_URL``)
+  and the key ``process.env[envKey]`` (above ``OPENAI_API_KEY``). The OpenAI SDK requests
+  ``baseUrl + "/chat/completions"``: ``baseUrl`` carries the version segment.
+- ``.env`` files (``environment.ts`` ``findEnvFiles``/``loadEnvironment``): walking up from the working folder,
+  the first ``.qwen/.env`` or ``.env`` found (when the folder is trusted), then ``$QWEN_HOME/.env`` (or
+  ``~/.qwen/.env``) and ``~/.env``, always; a variable is set only when the environment lacks it (the first file
+  wins). conduit writes ``CONDUIT_API_KEY`` into ``~/.qwen/.env`` (0600) and ``envKey = "CONDUIT_API_KEY"``.
+- Limits: ``generationConfig.contextWindowSize`` (tokens) and ``generationConfig.samplingParams.max_tokens``
+  (the output ceiling; without it Qwen Code sends its own ``max_tokens``) in the model's entry.
+- Folder trust is off by default (``security.folderTrust.enabled``); when on, an untrusted folder loses its
+  workspace settings and project ``.env`` files, not the user's: conduit's files still apply.
+- Opt-outs: ``QWEN_USAGE_STATISTICS_ENABLED=false`` (above ``privacy.usageStatisticsEnabled``) and
+  ``QWEN_TELEMETRY_ENABLED=false`` (above ``telemetry.enabled``), both read in ``packages/cli/src/config/config.ts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import (
+    AdapterDefaults,
+    Blocker,
+    ClientView,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
+from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv
+from conduit.adapters.formats.versions import installed_version
+from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.errors import ToolFileError
+
+AUTH_TYPE = "openai"
+KEY_VAR = "CONDUIT_API_KEY"
+BINARIES = ("qwen",)
+HOME_VAR = "QWEN_HOME"
+SYSTEM_VAR = "QWEN_CODE_SYSTEM_SETTINGS_PATH"
+SYSTEM_DEFAULT = Path("/etc/qwen-code/settings.json")
+
+
+class QwenOptions(BaseModel):
+    """``[tools.qwen]`` options.
+
+    Attributes:
+        create: write the files even when Qwen Code's directory does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def qwen_dir(env: Env) -> Path:
+    """``$QWEN_HOME`` (``~`` expanded; a relative one from the working folder) or ``~/.qwen``."""
+    base = env.get(HOME_VAR)
+    if not base:
+        return env.home / ".qwen"
+    path = env.home / base[2:] if base.startswith("~/") else (env.home if base == "~" else Path(base))
+    return path if path.is_absolute() else env.cwd / path
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A settings file: (document, None); ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
+    try:
+        return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
+    except FileNotFoundError:
+        return {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        return {}, str(exc)
+
+
+def _dig(doc: Any, *keys: str) -> Any:
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
+def _entries(doc: dict[str, Any]) -> list[Any]:
+    found = _dig(doc, "modelProviders", AUTH_TYPE)
+    return found if isinstance(found, list) else []
+
+
+def _ours(entry: Any) -> bool:
+    """conduit's entries are those whose ``envKey`` is conduit's variable."""
+    return isinstance(entry, dict) and entry.get("envKey") == KEY_VAR
+
+
+class Qwen(AdapterDefaults):
+    """Adapter for Qwen Code's user ``settings.json`` and ``.env``."""
+
+    name: ClassVar[str] = "qwen"
+    display_name: ClassVar[str] = "Qwen Code"
+    protocol: ClassVar[Protocol_] = "openai"
+    writes_context: ClassVar[bool] = True  # contextWindowSize / samplingParams.max_tokens of conduit's entry
+    owned_keys: ClassVar[tuple[str, ...]] = (
+        "settings.json: security.auth.selectedType, model.name, model.baseUrl, the modelProviders.openai entries "
+        f"with envKey = \"{KEY_VAR}\" (id, name, baseUrl, envKey; generationConfig.contextWindowSize and "
+        "samplingParams.max_tokens while they are conduit's)",
+        f".env: {KEY_VAR}",
+    )
+    restart_hint: ClassVar[str | None] = "start a new Qwen Code session: it reads settings.json and .env at start-up"
+    Options: ClassVar[type[BaseModel]] = QwenOptions
+    env_vars: ClassVar[tuple[str, ...]] = (HOME_VAR, SYSTEM_VAR, KEY_VAR)
+
+    # The two variables: packages/cli/src/config/config.ts (usageStatisticsEnabled, resolveTelemetrySettings).
+    one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("-p",), opt_outs={
+        "QWEN_USAGE_STATISTICS_ENABLED": "false", "QWEN_TELEMETRY_ENABLED": "false"})
+    package: ClassVar[Package | None] = Package("npm", "@qwen-code/qwen-code", "0.24.4", BINARIES)
+    # OPENAI_* variables rank below a modelProviders entry; an exported CONDUIT_API_KEY ranks above the .env.
+    competing: ClassVar[Competing] = Competing(key=(KEY_VAR,), files=(".qwen/settings.json", ".qwen/.env", ".env"),
+                                               walks_up=(".qwen/.env", ".env"))
+    tool_dirs: ClassVar[Mapping[str, str]] = {HOME_VAR: ".qwen"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """``trustedFolders.json`` and ``QWEN.md`` in ``qwen_dir`` and the ``.env`` beside it."""
+        d = qwen_dir(env)
+        return [d / "trustedFolders.json", d / "QWEN.md", env.home / ".env"]
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Targets: the key in ``.env``; auth type, model and conduit's provider entries in ``settings.json``."""
+        opts = settings.options_as(QwenOptions)
+        d = qwen_dir(env)
+        if not d.is_dir() and not opts.create:
+            raise NotFound(f"Qwen Code not found: no {d}; install Qwen Code, or set [tools.qwen] create = true")
+        path = d / "settings.json"
+        base_url = settings.root.openai_base()
+        ledger = settings.limits or LimitLedger()
+
+        def edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
+            ledger.begin(path)
+            return [(("security", "auth", "selectedType"), AUTH_TYPE), (("model", "name"), settings.model),
+                    (("model", "baseUrl"), base_url),
+                    (("modelProviders", AUTH_TYPE), _provider_list(doc, settings, base_url, ledger, path))]
+
+        return [dotenv_target(d / ".env", {KEY_VAR: settings.key_or_placeholder}, secret_keys=(KEY_VAR,), label=".env"),
+                jsonc_target(path, edits, secret_keys=(KEY_VAR,), mode=0o644, label="settings.json",  # holds no key
+                             no_trailing_commas="Qwen Code")]
+
+    def inspect(self, env: Env) -> ToolFacts:
+        """Facts for doctor: the files, the owned values (key masked) and the version."""
+        d = qwen_dir(env)
+        doc, error = _read(d / "settings.json")
+        entry = _selected(doc)
+        dotenv = _read_env(d / ".env")
+        details = {"dir": str(d), "settings": str(d / "settings.json"), "parse_error": error,
+                   "owned": {"selectedType": _dig(doc, "security", "auth", "selectedType"),
+                             "model.name": _dig(doc, "model", "name"), "model.baseUrl": _dig(doc, "model", "baseUrl"),
+                             "baseUrl": entry.get("baseUrl"), "envKey": entry.get("envKey"),
+                             KEY_VAR: shown(dotenv.get(KEY_VAR), secret=True) if KEY_VAR in dotenv else None},
+                   "version": installed_version(BINARIES)}
+        return ToolFacts(summary=f"{d} ({'found' if d.is_dir() else 'missing'})", details=details)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Qwen Code sends: the selected ``modelProviders.openai`` entry's ``baseUrl``, the value of its
+        ``envKey`` (exported, else from ``~/.qwen/.env``, else ``~/.env``), ``model.name``."""
+        d = qwen_dir(env)
+        doc, _ = _read(d / "settings.json")
+        entry = _selected(doc)
+        if _dig(doc, "security", "auth", "selectedType") != AUTH_TYPE or not entry.get("baseUrl"):
+            return None
+        var = str(entry.get("envKey") or "OPENAI_API_KEY")
+        key: str = env.get(var) or ""
+        key_files: tuple[Path, ...] = ()
+        if not key:
+            for candidate in (d / ".env", env.home / ".env"):
+                value = _read_env(candidate).get(var)
+                if value:
+                    key, key_files = value, (candidate,)
+                    break
+        return ClientView(str(entry["baseUrl"]), key, str(entry.get("id") or ""), "chat/completions", key_files)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """An exported ``CONDUIT_API_KEY`` with another value, a project ``.env`` that sets it first, and the
+        workspace or system settings that replace the auth type, the model or the provider list."""
+        out: list[Blocker] = []
+        shell = env.get(KEY_VAR)
+        if shell is not None and shell != settings.key_or_placeholder:
+            out.append(Blocker("overridden", "shell environment", f"{KEY_VAR} is exported as "
+                               f"{shown(shell, secret=True)}; Qwen Code never lets a .env file replace an exported "
+                               "variable", f"unset {KEY_VAR}"))
+        project_env = _project_env(env)
+        if shell is None and project_env is not None and KEY_VAR in _read_env(project_env):
+            out.append(Blocker("overridden", str(project_env), f"{project_env} is read before ~/.qwen/.env and sets "
+                               f"{KEY_VAR}", f"remove {KEY_VAR} from {project_env}"))
+        wanted = {"security.auth.selectedType": AUTH_TYPE, "model.name": settings.model,
+                  "model.baseUrl": settings.root.openai_base()}
+        for label, layer in _layers_above(env):
+            doc, _ = _read(layer)
+            for dotted, value in wanted.items():
+                got = _dig(doc, *dotted.split("."))
+                if got is not None and got != value:
+                    out.append(Blocker("overridden", str(layer), f"{dotted} = \"{got}\" in the {label} settings "
+                                       f"ranks above {qwen_dir(env) / 'settings.json'} (conduit's \"{value}\")",
+                                       f"remove {dotted} from {layer}"))
+            if "modelProviders" in doc and not any(_ours(e) for e in _entries(doc)):
+                out.append(Blocker("overridden", str(layer), f"modelProviders in the {label} settings replaces the "
+                                   "user's whole list, conduit's entry included", f"remove modelProviders from {layer}"))
+        return out
+
+
+def _provider_list(doc: dict[str, Any], settings: ToolSettings, base_url: str, ledger: LimitLedger,
+                   path: Path) -> list[Any]:
+    """``modelProviders.openai`` with conduit's entries first (one per profile model, keeping keys a person added
+    to them), then every other entry in its order."""
+    current = _entries(doc)
+    known = {e.get("id"): e for e in current if _ours(e)}
+    ids = [settings.model] + ([settings.small_model] if settings.small_model
+                              and settings.small_model != settings.model else [])
+    ours = []
+    for mid in ids:
+        entry = {**known.get(mid, {}), "id": mid, "name": f"{mid} (conduit {settings.channel})", "baseUrl": base_url,
+                 "envKey": KEY_VAR}
+        ours.append(_with_limits(entry, settings, ledger, path) if mid == settings.model else entry)
+    return ours + [e for e in current if not _ours(e)]
+
+
+def _with_limits(entry: dict[str, Any], settings: ToolSettings, ledger: LimitLedger, path: Path) -> dict[str, Any]:
+    """``entry`` with ``generationConfig.contextWindowSize`` and ``generationConfig.samplingParams.max_tokens``
+    settled (``conduit.adapters.limits``); an emptied ``samplingParams`` or ``generationConfig`` goes. A value
+    that is not an object where conduit expects one is the person's and is left alone."""
+    got = entry.get("generationConfig")
+    if not isinstance(got, dict | None):
+        return entry
+    gen = dict(got or {})
+    _settle(gen, "contextWindowSize", ledger.settle(path, "contextWindowSize", gen.get("contextWindowSize", ABSENT),
+                                                    settings.context_window))
+    params = gen.get("samplingParams")
+    if isinstance(params, dict | None):
+        sp = dict(params or {})
+        _settle(sp, "max_tokens", ledger.settle(path, "max_tokens", sp.get("max_tokens", ABSENT),
+                                                settings.max_output_tokens))
+        _settle(gen, "samplingParams", sp or ABSENT)
+    out = {k: v for k, v in entry.items() if k != "generationConfig"}
+    return {**out, "generationConfig": gen} if gen else out
+
+
+def _settle(doc: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``key`` to ``value``, or remove it when ``value`` is ``ABSENT``."""
+    if value is ABSENT:
+        doc.pop(key, None)
+    else:
+        doc[key] = value
+
+
+def _selected(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ``modelProviders.openai`` entry Qwen Code picks for ``model.name``: the one whose ``baseUrl`` is
+    ``model.baseUrl``, else the first with that id; ``{}`` for none."""
+    name, base = _dig(doc, "model", "name"), _dig(doc, "model", "baseUrl")
+    same = [e for e in _entries(doc) if isinstance(e, dict) and e.get("id") == name]
+    exact = [e for e in same if base and e.get("baseUrl") == base]
+    return (exact or same or [{}])[0]
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    try:
+        return read_dotenv(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return {}
+
+
+def _project_env(env: Env) -> Path | None:
+    """The project ``.env`` Qwen Code reads before the user's: walking up from the working folder to (not into)
+    the home folder, the first ``.qwen/.env`` or ``.env``; None when none, or when the walk starts at home."""
+    home = env.home.resolve() if env.home.exists() else env.home
+    d = env.cwd.resolve() if env.cwd.exists() else env.cwd
+    while d != home:
+        for candidate in (d / ".qwen" / ".env", d / ".env"):
+            if candidate.is_file():
+                return candidate
+        if d.parent == d:
+            return None
+        d = d.parent
+    return None
+
+
+def _layers_above(env: Env) -> list[tuple[str, Path]]:
+    """The settings files that rank above the user's: the workspace's (not when the working folder is home) and
+    the system's."""
+    out = []
+    workspace = env.cwd / ".qwen" / "settings.json"
+    cwd = env.cwd.resolve() if env.cwd.exists() else env.cwd
+    home = env.home.resolve() if env.home.exists() else env.home
+    if cwd != home and workspace.is_file() and workspace != qwen_dir(env) / "settings.json":
+        out.append(("workspace", workspace))
+    system = Path(env.get(SYSTEM_VAR) or SYSTEM_DEFAULT)
+    if system.is_file():
+        out.append(("system", system))
+    return out
+
+
+__all__ = ["Qwen", "QwenOptions", "qwen_dir"]

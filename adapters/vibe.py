@@ -1,0 +1,238 @@
+"""Mistral Vibe: a conduit provider and model in ``~/.vibe/config.toml``, the key in ``~/.vibe/.env``.
+
+Facts (PyPI ``mistral-vibe`` 3.0.3, read in the installed package: ``vibe/`` and its
+``mistralai_vibe_local_harness``):
+- Files (``vibe/utils/vibe_home.py``, ``vibe/core/paths/_vibe_home.py``, ``vibe/core/config/layers/user.py``):
+  ``$VIBE_HOME/config.toml`` and ``$VIBE_HOME/.env``, default ``~/.vibe``. Layers, later wins
+  (``vibe/core/config/default_orchestrator.py``): built-in defaults < model catalog < the user file < a trusted
+  project's ``.vibe/config.toml`` (found in the working folder or above) < ``VIBE_*`` variables (pydantic
+  settings, ``vibe/core/config/layers/environment.py``: ``VIBE_ACTIVE_MODEL``, ``VIBE_PROVIDERS``...) <
+  session overrides < an administrator's config. A ``-p`` run trusts no folder unless ``--trust`` is given or the
+  folder is in ``trusted_folders.toml``.
+- Schema (``vibe/core/config/models.py`` ``ProviderConfig``, ``ModelConfig``; ``vibe_schema.py``):
+  ``active_model = "<alias>"``; ``[[providers]]`` tables (merged by ``name``) with ``name``, ``api_base``,
+  ``api_key_env_var`` (the variable holding the key), ``api_style`` (``openai``...), ``backend`` (``generic``
+  or ``mistral``); ``[[models]]`` tables (by ``alias``) with ``name`` (the id sent), ``provider``, ``alias``,
+  ``max_context_length`` (tokens, the window) and ``max_output_tokens`` (tokens; sent as Anthropic's
+  ``max_tokens`` only; a window under 13 334 tokens is refused, ``MINIMUM_CONTEXT``). conduit owns
+  ``active_model``, the provider named ``conduit`` and the model aliased ``conduit``; every other table, key
+  and comment is the person's.
+- URL (``mistralai_vibe_local_harness/vibe/adapters/generic/_execute.py``, ``_openai_chat.py``): a ``generic``
+  provider with ``api_style = "openai"`` requests ``api_base.rstrip("/") + "/chat/completions"``, so
+  ``api_base`` carries the version segment; the key goes as ``Authorization: Bearer`` (``_base.py``).
+- The key (``vibe/core/config/vibe_schema.py`` ``load_dotenv_values``, called by ``vibe/app_server/stdio.py``
+  at start-up; ``vibe/utils/api_keys.py``): ``$VIBE_HOME/.env`` fills variables the shell does not set, so an
+  exported ``CONDUIT_API_KEY`` outranks the one conduit writes there (0600); the system keyring is read only
+  when neither holds the variable.
+- One-shot: ``vibe -p PROMPT`` (the Rust launcher ``vibe-rs`` in the wheel runs ``vibe-app-server``).
+  ``enable_update_checks`` and ``enable_telemetry`` can be turned off with ``VIBE_ENABLE_UPDATE_CHECKS`` /
+  ``VIBE_ENABLE_TELEMETRY`` (the ``VIBE_*`` layer).
+Proven with the binary: docs/formats/vibe.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import tomlkit
+from pydantic import BaseModel, ConfigDict
+
+from conduit.adapters.base import (
+    AdapterDefaults,
+    ClientView,
+    Effective,
+    Env,
+    NotFound,
+    Protocol_,
+    Target,
+    ToolFacts,
+    ToolSettings,
+)
+from conduit.adapters.declarations import (
+    OPENAI_FORMS,
+    OPENAI_ROUTES,
+    Blocker,
+    Competing,
+    OneShot,
+    Package,
+    read_env_quietly,
+)
+from conduit.adapters.formats.textformats import dotenv_target, parse_toml, toml_target
+from conduit.adapters.formats.tomltables import aot_entry, set_root
+from conduit.adapters.formats.versions import installed_version
+from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.errors import ToolFileError
+from conduit.redact import fingerprint
+
+ENTRY = "conduit"
+"""The ``name`` of conduit's ``[[providers]]`` table and the ``alias`` of its ``[[models]]`` table."""
+KEY_VAR = "CONDUIT_API_KEY"
+BINARIES = ("vibe",)
+OVERRIDES = ("VIBE_ACTIVE_MODEL", "VIBE_PROVIDERS", "VIBE_MODELS")
+"""``VIBE_*`` variables that replace what conduit writes (the environment layer ranks above the user file)."""
+LIMITS = (("max_context_length", "context_window"), ("max_output_tokens", "max_output_tokens"))
+"""The model table's limit keys and the ``ToolSettings`` field each is written from."""
+MINIMUM_CONTEXT = 13_334
+"""Vibe refuses a model with a smaller window (``mistralai_vibe_local_harness/vibe/completion_profile/bounds.py``
+``MINIMUM_CONTEXT_WINDOW``): seen with the binary ("the smallest is 13334"); conduit's sync says so."""
+
+
+class VibeOptions(BaseModel):
+    """``[tools.vibe]`` options.
+
+    Attributes:
+        create: write config.toml and .env even when Vibe's directory does not exist yet.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
+def vibe_home(env: Env) -> Path:
+    """``$VIBE_HOME`` or ``~/.vibe``."""
+    base = env.get("VIBE_HOME")
+    return Path(base).expanduser() if base else env.home / ".vibe"
+
+
+class Vibe(AdapterDefaults):
+    """Adapter for Mistral Vibe's config.toml (provider and model ``conduit``) and ``.env`` (the key)."""
+
+    name: ClassVar[str] = "vibe"
+    display_name: ClassVar[str] = "Mistral Vibe"
+    protocol: ClassVar[Protocol_] = "openai"
+    writes_context: ClassVar[bool] = True  # the model table's max_context_length / max_output_tokens
+    owned_keys: ClassVar[tuple[str, ...]] = (
+        "config.toml: active_model, providers[name=conduit].{api_base,api_key_env_var,api_style,backend}, "
+        "models[alias=conduit].{name,provider}, models[alias=conduit].{max_context_length,max_output_tokens} "
+        "(while conduit's: a value the person set is kept)",
+        f".env: {KEY_VAR}",
+    )
+    restart_hint: ClassVar[str | None] = "run /reload in Vibe, or start a new session"
+    Options: ClassVar[type[BaseModel]] = VibeOptions
+    env_vars: ClassVar[tuple[str, ...]] = ("VIBE_HOME", KEY_VAR, *OVERRIDES)
+
+    # VIBE_ENABLE_UPDATE_CHECKS / VIBE_ENABLE_TELEMETRY: the VIBE_* layer over vibe/core/config/vibe_schema.py.
+    one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("-p",), timeout_s=150.0,
+                                                 opt_outs={"VIBE_ENABLE_UPDATE_CHECKS": "false",
+                                                           "VIBE_ENABLE_TELEMETRY": "false"})
+    package: ClassVar[Package | None] = Package("pypi", "mistral-vibe", "3.0.3", BINARIES, recipe="vibe_nodeps")
+    competing: ClassVar[Competing] = Competing(("VIBE_ACTIVE_MODEL", "VIBE_MODELS"), (KEY_VAR,), ("VIBE_PROVIDERS",),
+                                               (".vibe/config.toml",), (".vibe/config.toml",))
+    tool_dirs: ClassVar[Mapping[str, str]] = {"VIBE_HOME": ".vibe"}
+    base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
+    model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
+    fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+
+    def verify_files(self, env: Env) -> list[Path]:
+        """config.toml, .env and trusted_folders.toml in ``vibe_home``."""
+        return [vibe_home(env) / n for n in ("config.toml", ".env", "trusted_folders.toml")]
+
+    def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
+        """Targets: config.toml (``active_model``, provider and model ``conduit``) and the key in .env."""
+        opts = settings.options_as(VibeOptions)
+        home = vibe_home(env)
+        if not home.is_dir() and not opts.create:
+            raise NotFound(f"Mistral Vibe not found: no {home}; install Vibe, or set [tools.vibe] create = true")
+        path = home / "config.toml"
+        ledger = settings.limits or LimitLedger()
+        provider = {"api_base": settings.root.openai_base(), "api_key_env_var": KEY_VAR, "api_style": "openai",
+                    "backend": "generic"}
+
+        def transform(doc: tomlkit.TOMLDocument) -> None:
+            set_root(doc, "active_model", ENTRY)
+            try:
+                table, _ = aot_entry(doc, "providers", "name", ENTRY)
+                _update(table, provider)
+                model, _ = aot_entry(doc, "models", "alias", ENTRY)
+            except ValueError as exc:
+                raise ToolFileError(f"{path}: {exc}", "make it [[...]] tables (or remove it); conduit left the "
+                                    "file unchanged") from None
+            _update(model, {"name": settings.model, "provider": ENTRY})
+            ledger.begin(path)
+            for key, field in LIMITS:
+                got = model.get(key, ABSENT)
+                value = ledger.settle(path, f"models[alias=conduit].{key}",
+                                      got.unwrap() if hasattr(got, "unwrap") else got, getattr(settings, field))
+                if value is ABSENT:
+                    model.pop(key, None)
+                elif model.get(key, ABSENT) != value:
+                    model[key] = value
+
+        config = toml_target(path, transform, secret_keys=(KEY_VAR,), mode=0o644, label="config.toml")
+        if settings.context_window is not None and settings.context_window < MINIMUM_CONTEXT:
+            config.notices = (f"Mistral Vibe refuses a model whose window ({settings.context_window} tokens) is under "
+                              f"{MINIMUM_CONTEXT}: it will not start with {settings.model}",)
+        return [config,
+                dotenv_target(home / ".env", {KEY_VAR: settings.key_or_placeholder}, secret_keys=(KEY_VAR,),
+                              label=".env")]
+
+    def inspect(self, env: Env) -> ToolFacts:
+        """Facts for doctor: the files, conduit's tables (key masked), the variables that replace them."""
+        home = vibe_home(env)
+        path = home / "config.toml"
+        doc, error = _read(path)
+        provider, model = _entry(doc, "providers", "name", ENTRY), _entry(doc, "models", "alias", ENTRY)
+        key = read_env_quietly(home / ".env").get(KEY_VAR)
+        effective = {var: Effective("(set)" if var == KEY_VAR else env.get(var), "shell environment", True,
+                                    "an exported variable ranks above the files conduit writes")
+                     for var in (*OVERRIDES, KEY_VAR) if env.get(var)}
+        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
+                   "owned": {"active_model": doc.get("active_model"), "api_base": provider.get("api_base"),
+                             "api_key_env_var": provider.get("api_key_env_var"), "model": model.get("name"),
+                             KEY_VAR: fingerprint(key) if key else None,
+                             **{k: model.get(k) for k, _ in LIMITS}},
+                   "version": installed_version(BINARIES)}
+        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
+                         effective=effective)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """An exported ``VIBE_ACTIVE_MODEL``/``VIBE_MODELS``/``VIBE_PROVIDERS`` or ``CONDUIT_API_KEY``, and a
+        project ``.vibe/config.toml`` (it ranks above the user file in a trusted folder)."""
+        return self.competing.blockers(env.environ, env.cwd)
+
+    def client_view(self, env: Env) -> ClientView | None:
+        """What Vibe sends for ``active_model``: the model's ``name`` to its provider's ``api_base`` with the key
+        of ``api_key_env_var`` (an exported one first, then ``.env``); None unless that provider is a
+        ``generic`` OpenAI one with a base URL."""
+        home = vibe_home(env)
+        doc, _ = _read(home / "config.toml")
+        model = _entry(doc, "models", "alias", str(doc.get("active_model") or ""))
+        provider = _entry(doc, "providers", "name", str(model.get("provider") or ""))
+        if not provider.get("api_base") or provider.get("backend", "generic") != "generic" \
+                or provider.get("api_style", "openai") != "openai":
+            return None
+        var = str(provider.get("api_key_env_var") or "")
+        key = env.get(var) if var == KEY_VAR else None
+        key = key or read_env_quietly(home / ".env").get(var, "")
+        return ClientView(str(provider["api_base"]).rstrip("/"), key, str(model.get("name") or ""),
+                          key_files=(home / ".env",))
+
+
+def _update(table: Any, owned: Mapping[str, Any]) -> None:
+    """Set each of ``owned`` in ``table`` that differs (the table's other keys kept)."""
+    for k, v in owned.items():
+        if table.get(k) != v:
+            table[k] = v
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The file as plain data and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
+    try:
+        return parse_toml(path.read_text(encoding="utf-8"), path=path).unwrap(), None
+    except FileNotFoundError:
+        return {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        return {}, str(exc)
+
+
+def _entry(doc: Mapping[str, Any], array: str, key: str, value: str) -> dict[str, Any]:
+    """The table of ``[[array]]`` whose ``key`` is ``value``, or ``{}``."""
+    tables = doc.get(array)
+    found = next((t for t in tables if isinstance(t, dict) and t.get(key) == value), None) \
+        if isinstance(tables, list) and value else None
+    return found if isinstance(found, dict) else {}
+
+
+__all__ = ["Vibe", "VibeOptions", "vibe_home"]
