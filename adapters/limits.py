@@ -10,7 +10,10 @@ key was absent). A render asks ``LimitLedger.settle`` for each slot:
 - a limit unknown now puts back what conduit found (or removes the key it added), but only while the file still
   holds what conduit wrote; a value the person changed or set is kept, and its record dropped;
 - a token figure found without any record that equals the one conduit writes now is taken for conduit's (a
-  conduit from before these records wrote it); words (``openai``, ``chat``) stay the person's.
+  conduit from before these records wrote it); words (``openai``, ``chat``) stay the person's;
+- a value found without any record that equals what another route of the profile writes into the slot and the
+  route in force does not (``derived``: the ``[fallback]`` route's small model and timeout) is conduit's too, so
+  a switch back removes it even when the record file was lost or damaged during the fallback.
 
 The daemon loads the records per tool (``conduit.daemon.catalog.context``), hands this object to the adapter
 in ``ToolSettings.limits``, and saves ``records`` after a write that succeeded (never in a dry run), so a render
@@ -55,10 +58,14 @@ class LimitLedger:
     Attributes:
         before: the records as loaded (what earlier syncs wrote); never changed here.
         after: the records each rendered file ends with (a file rendered again starts over: ``begin``).
+        derived: ``{file path: {slot: value}}``: what a route of the profile other than the one in force (the
+            ``[fallback]``'s) writes into a slot where the primary route writes something else or nothing; such a
+            value found without a record is conduit's (the sync engine fills it; default: none).
     """
 
     before: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     after: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    derived: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def begin(self, path: object) -> None:
         """A render of ``path`` starts: its records so far are discarded (the writer may render twice)."""
@@ -71,14 +78,19 @@ class LimitLedger:
         rec = self.before.get(str(path), {}).get(slot)
         owned = isinstance(rec, dict) and current is not ABSENT and _same(current, rec.get("wrote"))
         had = rec.get("had", ABSENT) if owned and isinstance(rec, dict) else current
-        if rec is None and _upgraded(current, wanted):
-            had = ABSENT  # no record, and the file already holds the figure conduit writes: an older conduit's
+        if rec is None and (_upgraded(current, wanted) or self._derived(path, slot, current)):
+            had = ABSENT  # no record, and the file holds a value only conduit writes there: conduit's own
         mine = self.after.setdefault(str(path), {})
         if wanted is None:
             mine.pop(slot, None)
             return had
         mine[slot] = {"wrote": wanted} if had is ABSENT else {"wrote": wanted, "had": had}
         return wanted
+
+    def _derived(self, path: object, slot: str, current: Any) -> bool:
+        """``current`` is what another route of the profile writes into ``slot`` of ``path`` (``derived``)."""
+        mine = self.derived.get(str(path), {})
+        return current is not ABSENT and slot in mine and _same(current, mine[slot])
 
     def owned(self, path: object) -> list[str]:
         """The slots of ``path`` conduit wrote last time (to settle those this render no longer targets)."""

@@ -11,7 +11,10 @@ Cline and CC Switch, a profile with ``on_drift = "reapply"`` and a loopback stan
 - a save of Claude Code's ``settings.json`` by "another program" that bumps a counter key of its own, by
   rename or in place;
 - a CC Switch transaction that bumps a counter in its ``settings`` table;
-- a key rotation (``conduit key rotate`` with a new key on stdin).
+- a key rotation (``conduit key rotate`` with a new key on stdin);
+- a new attack from the hostile channel (tests/helpers/hostile.py, probed by the agent every 2 s with a 3 s
+  ``timeout``): a 512 MiB answer, a gzip bomb, a drip, model ids and errors holding escapes, 200,000 nested
+  brackets; and now and then a tool's own save of ``settings.json`` with mode 0644 (the daemon makes it 0600).
 
 Every second it also asks the agent ``GET /v1/status`` (5 s timeout) and checks the daemon still syncs.
 
@@ -20,7 +23,10 @@ process that did not stop on SIGTERM within 5 s), **lost keys** (a counter anoth
 missing or back), **torn files** (a tool file that did not parse while no in-place writer of ours was mid-save),
 **leaked canaries** (any key, current or rotated out, found in the daemon's or the agent's log, the state file
 or a status answer; a rotated-out key found in any file under HOME), and the daemon's and the agent's RSS at
-start and end (goal: growth under 5 MB each). Exit status 0 when every goal is met.
+start and end (goal: growth under 5 MB each), the agent's peak RSS while the hostile channel is probed (goal:
+under 100 MB), **raw escapes** (an ESC, BEL or C1 byte in a log or a status answer; goal 0), and **open key
+files** (Claude Code's settings left readable by others at a check; goal 0). Exit status 0 when every goal is
+met.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ import psutil
 from conduit.daemon.cli.demo import StandInGateway
 from conduit.daemon.cli.samples import CLAUDE_SETTINGS, cc_switch_db, claude_settings, cline_gen_c
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from helpers.hostile import HostileGateway  # noqa: E402
+
 MODELS = ["deepseek-chat", "claude-sonnet-4-20250514", "qwen-max", "glm-4.6", "kimi-k2"]
 PROFILE = """version = 1
 channel = "gw"
@@ -58,10 +67,18 @@ base_url = "{root}"
 protocols = ["openai", "anthropic"]
 key = {{ file = "~/.config/conduit/keys/gw" }}
 
+[channels.hostile]
+base_url = "{hostile}"
+protocols = ["openai", "anthropic"]
+timeout = 3
+
 [tools.claude_code]
 [tools.cline]
 [tools.cc_switch]
 """
+ATTACKS = ("huge", "bomb", "drip", "escape", "nested")
+RAW = ("\x1b", "\x07", "\x9b", "\x9d")
+AGENT_RSS_LIMIT_MB = 100.0
 
 
 @dataclass
@@ -74,6 +91,9 @@ class Figures:
     leaks: list[str] = field(default_factory=list)
     actions: dict[str, int] = field(default_factory=dict)
     rss_mb: dict[str, tuple[float, float]] = field(default_factory=dict)
+    agent_peak_mb: float = 0.0
+    raw_escapes: list[str] = field(default_factory=list)
+    open_files: list[str] = field(default_factory=list)
 
     def count(self, what: str) -> None:
         self.actions[what] = self.actions.get(what, 0) + 1
@@ -85,6 +105,7 @@ class Soak:
     def __init__(self, home: Path, seed: int) -> None:
         self.home, self.rng = home, random.Random(seed)
         self.gateway = StandInGateway()
+        self.hostile = HostileGateway("escape").start()
         self.fig = Figures()
         self.keys: list[str] = []  # every key used; the last one is current
         self.claude_counter = 0
@@ -117,6 +138,7 @@ class Soak:
     def start(self) -> None:
         for name, args in (("daemon", ["daemon", "-v"]), ("agent", ["agent"])):
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the process's life
+            args = args + (["--probe-interval", "2"] if name == "agent" else [])
             self.procs[name] = subprocess.Popen([sys.executable, "-m", "conduit.daemon.cli", *args], env=self.env,
                                                 cwd=self.home, stdout=log, stderr=subprocess.STDOUT)
         self._wait(lambda: self._status() is not None, 30, "the agent to answer")
@@ -146,7 +168,7 @@ class Soak:
     def _save_profile(self, model: str, *, in_place: bool) -> None:
         path = self.home / ".config/conduit/profile.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._write(path, PROFILE.format(model=model, root=self.gateway.root), in_place=in_place)
+        self._write(path, PROFILE.format(model=model, root=self.gateway.root, hostile=self.hostile.url), in_place=in_place)
 
     def profile_save(self) -> None:
         self._save_profile(self.rng.choice(MODELS), in_place=self.rng.random() < 0.5)
@@ -176,6 +198,20 @@ class Soak:
         finally:
             conn.close()
         self.fig.count("CC Switch transactions")
+
+    def attack(self) -> None:
+        """The hostile channel's next answer (the agent probes it every 2 s); now and then a tool's own save of
+        Claude Code's settings with mode 0644."""
+        self.hostile.mode = self.rng.choice(ATTACKS)
+        self.fig.count(f"hostile {self.hostile.mode}")
+        if self.rng.random() < 0.3:
+            with self.file_lock:
+                path = self.home / ".claude/settings.json"
+                tmp = path.with_name(".settings.soak-tmp")
+                tmp.write_bytes(path.read_bytes())
+                tmp.chmod(0o644)
+                os.replace(tmp, path)
+            self.fig.count("0644 saves")
 
     def rotate(self) -> None:
         key = self._new_key()
@@ -224,9 +260,18 @@ class Soak:
         for key in self.keys:
             if key in body:
                 self.fig.leaks.append("a key in a /v1/status answer")
-        return dict(json.loads(body))
+        doc = dict(json.loads(body))
+        if any(c in json.dumps(doc, ensure_ascii=False) for c in RAW):
+            self.fig.raw_escapes.append("a raw escape in a /v1/status answer")
+        return doc
 
     def check(self) -> None:
+        self.fig.agent_peak_mb = max(self.fig.agent_peak_mb, self._rss(self.procs["agent"]))
+        mode = (self.home / ".claude/settings.json").stat().st_mode & 0o077
+        if mode:
+            time.sleep(1.0)  # a 0644 save may have just landed: the daemon tightens it on its event
+            if (self.home / ".claude/settings.json").stat().st_mode & 0o077:
+                self.fig.open_files.append(f"{time.strftime('%H:%M:%S')} settings.json readable by others")
         if self._status() is None:
             self.fig.hangs.append(f"{time.strftime('%H:%M:%S')} /v1/status did not answer within 5 s")
         with self.file_lock:
@@ -256,6 +301,8 @@ class Soak:
         state = self.home / ".local/state/conduit/sync.json"
         logs["sync.json"] = state.read_text(errors="replace") if state.exists() else ""
         for name, text in logs.items():
+            if any(c in text for c in RAW):
+                self.fig.raw_escapes.append(f"a raw escape in {name}")
             for key in self.keys:
                 if key in text:
                     self.fig.leaks.append(f"a key ({'current' if key == current else 'rotated out'}) in {name}")
@@ -277,6 +324,7 @@ class Soak:
                 proc.kill()
                 proc.wait(timeout=5)
         self.gateway.close()
+        self.hostile.stop()
         self.fig.rss_mb = {n: (self.rss_start[n], self.rss_end[n]) for n in self.procs}
 
     # ---------------------------------------------------------------------------------------------- helpers
@@ -313,7 +361,7 @@ def run(duration_s: float, seed: int, home: Path) -> Figures:
     soak = Soak(home, seed)
     soak.lay_out()
     soak.start()
-    actions = [(soak.profile_save, 4), (soak.cc_transaction, 3), (soak.rotate, 1)]
+    actions = [(soak.profile_save, 4), (soak.cc_transaction, 3), (soak.rotate, 1), (soak.attack, 1)]
     stop = threading.Event()
     writer = threading.Thread(target=_tool_writer, args=(soak, stop), daemon=True)
     writer.start()
@@ -323,6 +371,7 @@ def run(duration_s: float, seed: int, home: Path) -> Figures:
         while time.monotonic() < deadline:
             action = soak.rng.choices([a for a, _ in actions], weights=[w for _, w in actions])[0]
             action()
+            soak.fig.agent_peak_mb = max(soak.fig.agent_peak_mb, soak._rss(soak.procs["agent"]))
             time.sleep(soak.rng.uniform(0.01, 0.15))
             if time.monotonic() >= next_check:
                 time.sleep(0.6)  # let the daemon settle, so a check sees what a person would
@@ -346,11 +395,14 @@ def report(fig: Figures, duration_s: float) -> int:
     growth = {n: end - start for n, (start, end) in fig.rss_mb.items()}
     print(f"soak: {duration_s:g} s; actions: " + ", ".join(f"{v} {k}" for k, v in sorted(fig.actions.items())))
     for label, items in (("hangs", fig.hangs), ("lost keys of the other writers", fig.lost_keys),
-                         ("torn files", fig.torn), ("leaked canaries", fig.leaks)):
+                         ("torn files", fig.torn), ("leaked canaries", fig.leaks),
+                         ("raw escapes in logs/answers", fig.raw_escapes), ("key files left open", fig.open_files)):
         print(f"  {label:32s} {len(items)}" + (f"   e.g. {items[0]}" if items else ""))
     for name, (start, end) in fig.rss_mb.items():
         print(f"  RSS {name:27s} {start:.1f} MB -> {end:.1f} MB ({end - start:+.1f} MB; goal < +5 MB)")
-    ok = not (fig.hangs or fig.lost_keys or fig.torn or fig.leaks) and all(g < 5 for g in growth.values())
+    print(f"  agent peak RSS (hostile channel)  {fig.agent_peak_mb:.1f} MB (goal < {AGENT_RSS_LIMIT_MB:g} MB)")
+    ok = not (fig.hangs or fig.lost_keys or fig.torn or fig.leaks or fig.raw_escapes or fig.open_files) \
+        and all(g < 5 for g in growth.values()) and fig.agent_peak_mb < AGENT_RSS_LIMIT_MB
     print("soak: all goals met" if ok else "soak: goals missed")
     return 0 if ok else 1
 

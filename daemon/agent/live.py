@@ -16,6 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from conduit.daemon.config.firstuse import announce, is_placeholder_url, placeholder_message
 from conduit.errors import AgentUnreachable, ConduitError
 
 LOW_PREFIX_HIT = 0.30  # the supervisor's warning threshold (daemon/vllm_metrics.py)
@@ -68,6 +69,12 @@ def _direct(profile_path: str | Path | None) -> dict[str, Any]:
     from conduit.daemon.agent.prober import Prober, targets_from_profile
 
     targets, problems, note = targets_from_profile(str(profile_path) if profile_path else None)
+    for t in targets:  # the starter's placeholder gateway is never asked; a new host is said once
+        if is_placeholder_url(t.root.url):
+            problems[t.channel] = placeholder_message(t.channel, t.root.url)
+        else:
+            announce(t.channel, t.root.url, t.key)
+    targets = [t for t in targets if t.channel not in problems]
 
     async def probe_all() -> dict[str, Any]:
         prober = Prober(targets, problems)

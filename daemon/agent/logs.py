@@ -23,6 +23,7 @@ from collections.abc import Callable
 from aiohttp.http_exceptions import HttpProcessingError
 
 from conduit.redact import Redactor, mask_key_flags
+from conduit.text import log_safe
 
 log = logging.getLogger("conduit.agent")
 
@@ -48,7 +49,7 @@ class RedactFilter(logging.Filter):
         if record.stack_info:
             msg += "\n" + record.stack_info
             record.stack_info = None
-        record.msg, record.args = self.redactor(msg), None
+        record.msg, record.args = log_safe(self.redactor(msg)), None  # no raw escapes, no forged lines
         return True
 
 

@@ -12,6 +12,8 @@ from typing import Literal
 
 import httpx
 
+from conduit.daemon.config.gateway import aread_bounded
+
 AuthStyle = Literal["bearer", "x-api-key"]
 HEADER = {"bearer": "Authorization: Bearer", "x-api-key": "x-api-key"}
 
@@ -22,10 +24,11 @@ def other_style(auth: AuthStyle) -> AuthStyle:
 
 
 async def retry_status(client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout: float) -> int | None:
-    """GET ``url`` once with ``headers`` (the key in the other style); its HTTP status, or None on a network
-    failure (never raises for one)."""
+    """GET ``url`` once with ``headers`` (the key in the other style), bounded as a whole by ``timeout``
+    seconds and reading no body (``conduit.daemon.config.gateway.aread_bounded``); its HTTP status, or None on a
+    network failure or a timeout (never raises for one)."""
     try:
-        return (await client.get(url, headers=headers, timeout=timeout)).status_code
+        return (await aread_bounded(client, "GET", url, headers=headers, max_bytes=0, deadline_s=timeout)).status
     except (httpx.HTTPError, OSError):
         return None
 

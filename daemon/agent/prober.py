@@ -14,7 +14,8 @@ Verdicts (``Verdict``), from the answer or the failure:
     rate_limited  429
     server_error  5xx
     http_error    any other status
-    timeout       no answer in time; ``phase`` says ``connect`` or ``read``
+    timeout       no whole answer within the channel's ``timeout`` (default 10 s), a drip included; ``phase``
+                  says ``connect``, ``read`` (no headers) or ``body`` (the body did not finish)
     dns           the host name does not resolve
     tls           the TLS handshake or certificate failed
     refused       nothing listens on the port
@@ -35,21 +36,29 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from conduit.adapters.base import Root
+from conduit.daemon.agent.neighbours import find_working
 from conduit.daemon.agent.otherauth import other_style, retry_status, works_as
 from conduit.daemon.catalog.models import remember as remember_models
-from conduit.daemon.config.gateway import auth_headers
+from conduit.daemon.config.gateway import GatewayTimeout, aread_bounded, auth_headers
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
 from conduit.errors import ConduitError
 from conduit.redact import fingerprint
+from conduit.text import one_line
 from conduit.units import percentile
 
 AUTH_HINT = "the key was refused; check for whitespace or a revoked key"
+DEFAULT_TIMEOUT_S = 10.0
+"""A probe's bound (seconds) when the channel sets no ``timeout``: the whole request, a drip included."""
+MODELS_MAX_BYTES = 8 << 20
+"""At most this much of a ``/models`` answer is read, decoded: 8 MiB (a hosted list is a few MiB; a longer one
+is cached by ``conduit models``, whose cap is the catalog's 16 MiB). Only an OpenAI answer is kept (the model
+list); an Anthropic one is read to its end and dropped, so a probe of a 512 MiB answer or a gzip bomb costs the
+agent at most this much memory."""
 
 
 class Verdict(enum.StrEnum):
@@ -80,7 +89,7 @@ class ProbeTarget:
         root: the channel's normalized root for that protocol.
         key: the cleaned key, or None (sent nowhere else; never shown).
         auth: ``bearer`` or ``x-api-key``.
-        timeout_s: probe timeout, seconds (None: 10 s).
+        timeout_s: probe timeout, seconds, over the whole request (None: ``DEFAULT_TIMEOUT_S``).
     """
 
     channel: str
@@ -121,7 +130,7 @@ class ProbeResult:
         url: the URL requested.
         message: one line for people.
         hint: what to do, or None.
-        phase: for timeouts, ``connect`` or ``read``.
+        phase: for timeouts, ``connect``, ``read`` or ``body``.
         working_base: for ``path``, the neighbouring base URL that answered, or None.
         at: Unix time the probe finished, seconds.
     """
@@ -143,34 +152,6 @@ class ProbeResult:
                 "working_base": self.working_base, "at": self.at}
 
 
-def neighbour_bases(base: str) -> list[str]:
-    """Base URLs next to ``base`` that a misconfigured gateway URL often means, nearest first, without ``base``.
-
-    With and without a trailing ``/v1``, and without an ``/api`` segment (each with and without ``/v1``).
-    Example: ``https://h/api/v1`` -> ``["https://h/api", "https://h/api/v1/v1", "https://h/v1", "https://h"]``.
-    """
-    parts = urlsplit(base)
-    path = parts.path.rstrip("/")
-    segs = [s for s in path.split("/") if s]
-    cands: list[list[str]] = []
-    if segs and segs[-1] == "v1":
-        cands.append(segs[:-1])
-    cands.append(segs + ["v1"])
-    if "api" in segs:
-        no_api = [s for s in segs if s != "api"]
-        cands.append(no_api)
-        if no_api and no_api[-1] == "v1":
-            cands.append(no_api[:-1])
-        else:
-            cands.append(no_api + ["v1"])
-    out: list[str] = []
-    for c in cands:
-        url = urlunsplit((parts.scheme, parts.netloc, "/" + "/".join(c) if c else "", "", ""))
-        if url.rstrip("/") != base.rstrip("/") and url not in out:
-            out.append(url)
-    return out
-
-
 def _chain(exc: BaseException) -> Iterable[BaseException]:
     seen: set[int] = set()
     cur: BaseException | None = exc
@@ -182,6 +163,8 @@ def _chain(exc: BaseException) -> Iterable[BaseException]:
 
 def classify_exception(exc: BaseException) -> tuple[Verdict, str, str | None]:
     """Map an httpx failure to (verdict, message, phase). Looks through the exception chain for the OS error."""
+    if isinstance(exc, GatewayTimeout):
+        return Verdict.TIMEOUT, str(exc), exc.phase
     if isinstance(exc, httpx.ConnectTimeout):
         return Verdict.TIMEOUT, "no connection within the timeout", "connect"
     if isinstance(exc, httpx.ReadTimeout):
@@ -222,47 +205,45 @@ def classify_status(status: int) -> tuple[Verdict, str, str | None]:
 
 
 async def probe_once(client: httpx.AsyncClient, target: ProbeTarget) -> ProbeResult:
-    """Probe one target once (plus neighbours on 404). Never raises for network trouble.
+    """Probe one target once (plus neighbours on 404, the other auth style on 401/403). Never raises for
+    network trouble. Bounded (``conduit.daemon.config.gateway.aread_bounded``): the request as a whole within
+    the target's timeout (``DEFAULT_TIMEOUT_S``), a drip included (verdict ``timeout``, phase ``body``); the
+    follow-up requests share one more such timeout, so a probe ends within twice it; the answer is read to its
+    end (a body that never ends is a timeout), at most ``MODELS_MAX_BYTES`` of it after decoding (an OpenAI
+    answer is cached as the channel's model list); the follow-ups read only their status.
 
     Args:
         client: an ``httpx.AsyncClient`` (no base_url; redirects not followed).
         target: what to probe.
     """
-    timeout = target.timeout_s or 10.0
+    timeout = target.timeout_s or DEFAULT_TIMEOUT_S
     url = target.base + target.suffix
     t0 = time.perf_counter()
     try:
-        resp = await client.get(url, headers=target.headers(), timeout=timeout)
+        got = await aread_bounded(client, "GET", url, headers=target.headers(), deadline_s=timeout,
+                                  max_bytes=MODELS_MAX_BYTES, keep=target.protocol == "openai")
     except (httpx.HTTPError, OSError) as exc:
         verdict, msg, phase = classify_exception(exc)
         return ProbeResult(verdict, None, (time.perf_counter() - t0) * 1000, url, msg, phase=phase, at=time.time())
     latency = (time.perf_counter() - t0) * 1000
-    verdict, msg, hint = classify_status(resp.status_code)
-    if verdict is Verdict.OK and target.protocol == "openai":
+    verdict, msg, hint = classify_status(got.status)
+    if verdict is Verdict.OK and got.truncated:
+        msg += f"; the answer is not a model list ({got.problem})"
+    elif verdict is Verdict.OK and target.protocol == "openai":
         # `conduit models`, tools' context settings; parse + write off the loop (a primary is probed every 1 s)
-        await asyncio.to_thread(remember_models, target.channel, target.base, resp.content)
+        await asyncio.to_thread(remember_models, target.channel, target.base, got.body)
+    got.body = bytearray()  # the model list is cached; the bytes need not live as long as the result
+    follow_until = time.monotonic() + timeout
     working = None
     if verdict is Verdict.PATH:
-        for cand in neighbour_bases(target.base):
-            try:
-                r = await client.get(cand + target.suffix, headers=target.headers(), timeout=timeout)
-            except (httpx.HTTPError, OSError):
-                continue
-            if r.status_code < 300 or r.status_code in (401, 403):
-                working = cand
-                break
-        if working:
-            root = working if target.protocol == "anthropic" else working.removesuffix("/v1")
-            msg = f"HTTP 404 at {url}; {working}{target.suffix} answers HTTP {r.status_code}"
-            hint = f"set the channel's base_url to {root}"
-        else:
-            hint = "check the base_url against the gateway's docs; no neighbouring base URL answered either"
+        working, msg, hint = await find_working(client, target.base, target.suffix, target.headers(),
+                                                target.protocol, follow_until)
     if verdict is Verdict.AUTH and target.key:
         alt = replace(target, auth=other_style(target.auth))
-        again = await retry_status(client, url, alt.headers(), timeout)
+        again = await retry_status(client, url, alt.headers(), max(0.05, follow_until - time.monotonic()))
         if again is not None and again < 300:
-            msg, hint = works_as(resp.status_code, target.auth, alt.auth, again, target.channel)
-    return ProbeResult(verdict, resp.status_code, latency, url, msg, hint=hint, working_base=working, at=time.time())
+            msg, hint = works_as(got.status, target.auth, alt.auth, again, target.channel)
+    return ProbeResult(verdict, got.status, latency, url, msg, hint=hint, working_base=working, at=time.time())
 
 
 class ChannelHealth:
@@ -320,8 +301,8 @@ class ChannelHealth:
             "verdict": str(self.verdict),
             "healthy": self.verdict is Verdict.OK,
             "status": last.status if last else None,
-            "message": self.config_error or (last.message if last else "not probed yet"),
-            "hint": last.hint if last else None,
+            "message": one_line(self.config_error or (last.message if last else "not probed yet")),
+            "hint": one_line(last.hint) if last and last.hint else None,
             "phase": last.phase if last else None,
             "working_base": last.working_base if last else None,
             "latency_ms": {"last": round(last.latency_ms, 2) if last and last.status is not None else None,

@@ -19,8 +19,8 @@ speaks it for a user without a tool):
 - Anthropic Messages: ``POST <root>/v1/messages`` with ``tools: [{name, description, input_schema}]``
   and ``anthropic-version: 2023-06-01``.
 The key goes in the channel's header style (``Authorization: Bearer`` or ``x-api-key``). Each request is bounded
-by ``TIMEOUT_S`` (or the channel's smaller ``timeout``) as a whole, and at most ``MAX_BODY_BYTES`` of the answer
-is read.
+by ``TIMEOUT_S`` (or the channel's smaller ``timeout``) as a whole, a drip included, and at most ``MAX_BODY_BYTES``
+of the answer is read, after decoding (``conduit.daemon.config.gateway.aread_bounded``).
 
 Verdicts (``ToolVerdict``), per (channel, model):
     tool_call     a tool call came back (OpenAI ``choices[0].message.tool_calls``; Anthropic a ``tool_use`` block)
@@ -49,6 +49,7 @@ from typing import Any, Literal
 import httpx
 
 from conduit.daemon.agent.prober import ProbeTarget, classify_exception
+from conduit.daemon.config.gateway import aread_bounded
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.resolve import Resolver
@@ -58,6 +59,7 @@ from conduit.daemon.vllm.toolparser import ParserGuess, guess_parser, is_auto_to
 from conduit.errors import ConduitError
 from conduit.fileio import read_regular_file
 from conduit.redact import mask_key_flags, redact
+from conduit.text import one_line
 
 PROMPT = "Call get_weather for Paris."
 TOOL_NAME = "get_weather"
@@ -199,18 +201,6 @@ def _protocols(profile: LoadedProfile, who: list[str], speaks: set[str]) -> dict
     return out
 
 
-async def _read_bounded(resp: httpx.Response) -> bytes:
-    """At most ``MAX_BODY_BYTES`` of the body (the rest is not read)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size >= MAX_BODY_BYTES:
-            break
-    return b"".join(chunks)[:MAX_BODY_BYTES]
-
-
 async def run_check(client: httpx.AsyncClient, check: ToolCheck) -> dict[str, Any]:
     """Send one check and judge the answer. Never raises for network trouble.
 
@@ -225,16 +215,15 @@ async def run_check(client: httpx.AsyncClient, check: ToolCheck) -> dict[str, An
                            "used_by": list(check.used_by), "url": check.url, "status": None, "tool": None, "fix": None}
     t0 = time.perf_counter()
     try:
-        async with asyncio.timeout(timeout):
-            async with client.stream("POST", check.url, json=check.body(), headers=headers, timeout=timeout) as resp:
-                raw = await _read_bounded(resp)
+        got = await aread_bounded(client, "POST", check.url, headers=headers, json_body=check.body(),
+                                  max_bytes=MAX_BODY_BYTES, deadline_s=timeout)
     except (TimeoutError, httpx.TimeoutException):
         out.update(verdict=ToolVerdict.TIMEOUT, message=f"no whole answer within {timeout:g} s")
     except (httpx.HTTPError, OSError) as exc:
         out.update(verdict=ToolVerdict.UNREACHABLE, message=classify_exception(exc)[1])
     else:
-        out["status"] = resp.status_code
-        verdict, message, tool = judge(t.protocol, resp.status_code, raw)
+        out["status"] = got.status
+        verdict, message, tool = judge(t.protocol, got.status, bytes(got.body))
         out.update(verdict=verdict, message=message, tool=tool)
     out["latency_ms"] = round((time.perf_counter() - t0) * 1000, 1)
     out["message"] = _clean(str(out["message"]), t.key)
@@ -247,7 +236,7 @@ def judge(protocol: str, status: int, raw: bytes) -> tuple[ToolVerdict, str, str
     """``(verdict, message, tool name)`` for one answer: ``status`` and up to ``MAX_BODY_BYTES`` of its body."""
     try:
         data: Any = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to parse (a hostile answer)
         data = None
     if 400 <= status < 500:
         return ToolVerdict.REFUSED, f"HTTP {status}: {_error_text(data, raw)}", None
@@ -294,8 +283,7 @@ def _excerpt(value: Any) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     text = " ".join(str(value if value is not None else "").split())
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)  # no terminal escapes from a server
-    return (text[:MESSAGE_CHARS] + "...") if len(text) > MESSAGE_CHARS else (text or "(empty)")
+    return one_line(text, MESSAGE_CHARS + 3) or "(empty)"  # no terminal escapes from a server
 
 
 def _clean(text: str, key: str | None) -> str:
@@ -323,7 +311,7 @@ def family_of(settings: VllmSettings) -> ParserGuess | None:
     try:
         cfg = json.loads(read_regular_file(resolve_model_dir(settings.model) / "config.json",
                                            max_bytes=CONFIG_MAX_BYTES, what="model config"))
-    except (ConduitError, OSError, ValueError):
+    except (ConduitError, OSError, ValueError, RecursionError):
         cfg = None
     if isinstance(cfg, dict):
         names += [str(cfg.get("_name_or_path") or ""), str(cfg.get("model_type") or "")]

@@ -30,14 +30,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from conduit.adapters.base import Root
 from conduit.daemon.config import paths
-from conduit.daemon.config.gateway import auth_headers
+from conduit.daemon.config.firstuse import announce, is_placeholder_url, placeholder_message
+from conduit.daemon.config.gateway import GatewayTimeout, auth_headers, get_stdlib
 from conduit.daemon.config.resolve import ResolvedChannel
 from conduit.errors import ConduitError
 from conduit.fileio import atomic_write, make_private_dirs, read_regular_file
+from conduit.text import one_line
 
 BODY_MAX_BYTES = 16 << 20
 """Cap on a ``/models`` answer: 16 MiB (OpenRouter's full list is a few MiB; vLLM's a few hundred bytes)."""
@@ -127,7 +128,8 @@ def _positive_int(value: Any) -> int | None:
 
 def parse_models(body: Any) -> list[ModelInfo]:
     """The models in a ``/models`` answer (``{"data": [...]}`` or a bare list); entries without a string ``id``
-    are skipped. Context from ``max_model_len`` (vLLM), else ``context_length`` or ``top_provider.context_length``
+    are skipped, and control characters in an id are written escaped (``conduit.text.one_line``: a gateway's
+    ``\x1b]52;...`` never reaches a terminal through ``conduit use``, ``sync`` or ``verify``). Context from ``max_model_len`` (vLLM), else ``context_length`` or ``top_provider.context_length``
     (OpenRouter); output limit from ``top_provider.max_completion_tokens``. Never raises."""
     items = body.get("data") if isinstance(body, dict) else body
     if not isinstance(items, list):
@@ -140,7 +142,7 @@ def parse_models(body: Any) -> list[ModelInfo]:
         top: dict[str, Any] = got if isinstance(got, dict) else {}
         ctx = (_positive_int(item.get("max_model_len")) or _positive_int(item.get("context_length"))
                or _positive_int(top.get("context_length")))
-        out.append(ModelInfo(item["id"], ctx, _positive_int(top.get("max_completion_tokens"))))
+        out.append(ModelInfo(one_line(item["id"]), ctx, _positive_int(top.get("max_completion_tokens"))))
     return out
 
 
@@ -151,74 +153,25 @@ def _headers(channel: ResolvedChannel) -> dict[str, str]:
             **auth_headers("openai" if "openai" in channel.roots else "anthropic", channel.key, channel.auth)}
 
 
-def _get_once(url: str, headers: dict[str, str], timeout_s: float, deadline: float) -> bytes:
-    """The GET itself (see ``_get``): the body read in 64 KiB chunks, each checked against ``deadline``
-    (``time.monotonic()`` seconds), so a server that drips bytes cannot stretch it. Raises CatalogError."""
-    import http.client  # lazy, with ssl: only a fetch needs them, not the cache read every sync does
-    import ssl
-
-    parts = urlsplit(url)
+def _get(url: str, headers: dict[str, str], timeout_s: float) -> bytes:
+    """One GET bounded as a whole by ``timeout_s`` seconds through ``conduit.daemon.config.gateway.get_stdlib``
+    (the standard library's ``http.client``: ``conduit sync`` and ``use`` keep httpx out of their start-up,
+    tests/cli/test_cli_start.py): resolve, connect, headers and body under one deadline, at most
+    ``BODY_MAX_BYTES`` bytes, redirects not followed (a 3xx is an error). Raises CatalogError."""
     try:
-        conn: http.client.HTTPConnection = (
-            http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout_s,
-                                        context=ssl.create_default_context())
-            if parts.scheme == "https" else http.client.HTTPConnection(parts.hostname or "", parts.port,
-                                                                      timeout=timeout_s))
-        try:
-            conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
-                         headers={**headers, "user-agent": "conduit"})
-            resp = conn.getresponse()
-            if resp.status != 200:
-                raise CatalogError(f"GET {url}: HTTP {resp.status}",
-                                   "check the channel's base URL and key (`conduit doctor --live`)")
-            chunks: list[bytes] = []
-            size = 0
-            while size <= BODY_MAX_BYTES and (chunk := resp.read1(65536)):
-                chunks.append(chunk)
-                size += len(chunk)
-                if time.monotonic() > deadline:
-                    raise TimeoutError
-            body = b"".join(chunks)
-        finally:
-            conn.close()
-    except TimeoutError:
+        got = get_stdlib(url, headers, max_bytes=BODY_MAX_BYTES, deadline_s=timeout_s)
+    except GatewayTimeout:
         raise CatalogError(f"GET {url}: no answer within {timeout_s:g} s",
                            "is the server running? (`conduit doctor --live`)") from None
-    except (OSError, http.client.HTTPException, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise CatalogError(f"GET {url}: {why}", "is the server running? (`conduit doctor --live`)") from None
-    if len(body) > BODY_MAX_BYTES:
-        raise CatalogError(f"GET {url}: the answer is over {BODY_MAX_BYTES} bytes")
-    return body
-
-
-def _get(url: str, headers: dict[str, str], timeout_s: float) -> bytes:
-    """One GET bounded as a whole by ``timeout_s`` seconds, with the standard library's ``http.client``
-    (``conduit sync`` and ``use`` keep httpx out of their start-up: tests/cli/test_cli_start.py). Name resolution
-    (``getaddrinfo`` takes no timeout) and connect run in a daemon thread joined for ``timeout_s``; the body is
-    read against the same deadline; at most ``BODY_MAX_BYTES`` + 1 bytes; redirects not followed (a 3xx is an
-    error). A thread still stuck in the resolver is left behind (daemon: it never holds the process).
-    Raises CatalogError."""
-    import threading
-
-    deadline = time.monotonic() + timeout_s
-    box: list[bytes | CatalogError] = []
-
-    def work() -> None:
-        try:
-            box.append(_get_once(url, headers, timeout_s, deadline))
-        except CatalogError as exc:
-            box.append(exc)
-
-    worker = threading.Thread(target=work, name="conduit-models-fetch", daemon=True)
-    worker.start()
-    worker.join(timeout_s + 0.5)  # the thread's own deadline fires first; this catches a hung resolver
-    if not box:
-        raise CatalogError(f"GET {url}: no answer within {timeout_s:g} s",
-                           "is the server running? (`conduit doctor --live`)")
-    if isinstance(box[0], CatalogError):
-        raise box[0]
-    return box[0]
+    if got.status != 200:
+        raise CatalogError(f"GET {url}: HTTP {got.status}",
+                           "check the channel's base URL and key (`conduit doctor --live`)")
+    if got.truncated:
+        raise CatalogError(f"GET {url}: the answer is {got.problem or f'over {BODY_MAX_BYTES} bytes'}")
+    return bytes(got.body)
 
 
 def fetch(channel: ResolvedChannel, *, timeout_s: float = FETCH_TIMEOUT_S) -> Catalog:
@@ -233,6 +186,9 @@ def fetch(channel: ResolvedChannel, *, timeout_s: float = FETCH_TIMEOUT_S) -> Ca
     if base is None:
         raise CatalogError(f"channel `{channel.name}` has no OpenAI or Anthropic base URL to list models from")
     url = f"{base}/models"
+    if is_placeholder_url(url):  # the starter's stand-in: never asked (conduit.daemon.config.firstuse)
+        raise CatalogError(placeholder_message(channel.name, base))
+    announce(channel.name, url, channel.key)  # "sending the key of channel X to host H for the first time"
     body = _get(url, _headers(channel), timeout_s)
     try:
         data = json.loads(bytes(body))
@@ -260,7 +216,7 @@ def read_cache(channel: str, base_url: str | None = None) -> Catalog | None:
     malformed, or (with ``base_url``) fetched from another base URL. Never raises."""
     try:
         doc = json.loads(read_regular_file(cache_path(channel), max_bytes=CACHE_MAX_BYTES, what="model cache"))
-        models = tuple(ModelInfo(str(m["id"]), _positive_int(m.get("context_window")),
+        models = tuple(ModelInfo(one_line(m["id"]), _positive_int(m.get("context_window")),
                                  _positive_int(m.get("max_output_tokens"))) for m in doc["models"]
                        if isinstance(m, dict) and isinstance(m.get("id"), str))
         got = Catalog(str(doc["channel"]), str(doc["base_url"]), float(doc["fetched_at"]), models)
@@ -281,7 +237,7 @@ def refresh(channel: ResolvedChannel, *, timeout_s: float = FETCH_TIMEOUT_S) -> 
     return got
 
 
-def remember(channel: str, base_url: str, body: bytes) -> Catalog | None:
+def remember(channel: str, base_url: str, body: bytes | bytearray) -> Catalog | None:
     """Cache a ``/models`` answer someone else already fetched (the agent's prober, which asks ``base_url +
     "/models"`` on every probe, every second for a ``[fallback]`` primary; it calls this off its event loop).
     The file is written only when the models differ from the cache's, or the cache is older than

@@ -9,11 +9,12 @@ worth the name (``PIPE_WIDTH`` columns), and a unified diff is written as plain 
 
 from __future__ import annotations
 
-import unicodedata
 from typing import IO, Any
 
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
+
+from conduit.text import one_line
 
 PIPE_WIDTH = 10_000
 """Columns given to a console whose output is not a terminal: no line conduit prints is that long."""
@@ -60,14 +61,9 @@ def print_diff(console: Console, diff: str) -> None:
 def shown(text: str) -> str:
     """``text`` from another program (a gateway's model id, a server's message) as rich markup that prints it
     verbatim: its ``[`` escaped (``[bold]x[/bold]`` stays as written) and every control or format character
-    (ESC, OSC, a zero-width space) written as ``\\x1b`` / ``\\u200b``, so nothing reaches the terminal raw."""
-    out = []
-    for ch in text:
-        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return escape("".join(out))
+    (ESC, OSC, a zero-width space, a newline) written as ``\\x1b`` / ``\\u200b`` / ``\\n`` by the one sanitizer,
+    ``conduit.text.one_line``, so nothing reaches the terminal raw."""
+    return escape(one_line(text))
 
 
 __all__ = ["PIPE_WIDTH", "PipeAwareConsole", "make_console", "print_diff", "shown"]

@@ -23,6 +23,12 @@ use the primary. While ``active`` is ``fallback``, the route is the profile's *c
 ``fallback`` object in the file says what the agent saw; an edit of the table applies at the next sync without
 waiting for the agent).
 
+A stale decision is not applied: ``fallback`` older than ``STALE_AFTER_S`` while no agent is alive (``agent_alive``:
+nothing answers a connect on the agent's socket, ``paths.agent_socket_path()``) is a decision nobody stands behind
+any more (an agent stopped for days leaves every tool on the paid fallback); tools then use the primary, and
+``RoutingDecision.standing`` says so in words (date, age, whether an agent runs). A running agent keeps its
+decision in force however old it is (it writes the file only when the decision changes).
+
 Reading (``RoutingReader.read``) is bounded (``MAX_BYTES``) and tolerant: a missing file means no decision
 (primary); a file that is empty, unparseable, too large or of another shape *now* is not a decision for the
 primary: the reader keeps the last good decision it read from that path (a torn read never flips every tool),
@@ -35,23 +41,70 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from conduit.daemon.config import paths
 from conduit.daemon.config.fallback import FallbackSettings
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.errors import ConduitError
 from conduit.fileio import atomic_write, make_private_dirs, read_regular_file
+from conduit.text import one_line
 
 VERSION: Literal[1] = 1
 MAX_BYTES = 64 * 1024
 """The routing file is a few hundred bytes; more is refused (kept decision, ``problem`` says why)."""
 
+MAX_SINCE = 4102444800.0
+"""The latest ``since`` believed: 2100-01-01 in Unix seconds (a larger one, ``1e20``, is not a decision)."""
+MAX_AFTER_S = 366 * 86400.0
+"""The largest ``after_s`` believed: a year, in seconds."""
+
+STALE_AFTER_S = 600.0
+"""A ``fallback`` decision older than this (seconds; 10 minutes, far above the agent's probe interval and the time
+an agent takes to restart) with no agent alive is not applied: tools use the primary."""
+
+RECHECK_S = 30.0
+"""While a ``fallback`` decision is in the file, the sync daemon looks again this often (seconds) whether an agent
+still stands behind it (or stands behind it again), once it is older than ``STALE_AFTER_S``."""
+
 Active = Literal["primary", "fallback"]
+
+_ALIVE: dict[str, tuple[float, bool]] = {}  # socket path -> (monotonic time of the look, answer)
+
+
+def agent_alive(path: Path | None = None) -> bool:
+    """True when an agent answers a connect on its socket (``path``, default ``paths.agent_socket_path()``);
+    nothing is sent. The answer is kept for 1 s (a sync asks once per tool). Never raises."""
+    where = str(path or paths.agent_socket_path())
+    now = time.monotonic()
+    seen = _ALIVE.get(where)
+    if seen is not None and now - seen[0] < 1.0:
+        return seen[1]
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(where)
+        alive = True
+    except OSError:
+        alive = False
+    finally:
+        s.close()
+    _ALIVE[where] = (now, alive)
+    return alive
+
+
+def _age(seconds: float) -> str:
+    """``3 d 4 h``, ``2 h 5 min``, ``7 min``, ``12 s``."""
+    s = max(0, int(seconds))
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "min", 60)):
+        if s >= size:
+            return f"{s // size} {unit}" + (f" {s % size // subsize} {sub}" if s % size // subsize else "")
+    return f"{s // 60} min" if s >= 60 else f"{s} s"
 
 
 def routing_path() -> Path:
@@ -74,6 +127,12 @@ class FallbackRoute(BaseModel):
     model: str
     small_model: str | None = None
 
+    @field_validator("channel", "model", "small_model")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        """Outside text (a file another process may have written): control characters shown escaped."""
+        return None if value is None else one_line(value, 500)
+
 
 class RoutingDecision(BaseModel):
     """One decision of the agent (see the module docstring for the file's shape).
@@ -93,12 +152,19 @@ class RoutingDecision(BaseModel):
 
     version: Literal[1] = VERSION
     active: Active
-    since: float
+    since: float = Field(ge=0, le=MAX_SINCE)
     why: str = Field(default="", max_length=2000)
     profile: str
     primary: str
     fallback: FallbackRoute
-    after_s: float = Field(gt=0)
+    after_s: float = Field(gt=0, le=MAX_AFTER_S)
+
+    @field_validator("why", "primary")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        """Outside text (the file may be anyone's edit): control characters and newlines shown escaped, so a
+        ``why`` never forges a log line or reaches a terminal raw (``conduit.text.one_line``)."""
+        return one_line(value)
 
     def applies_to(self, profile: LoadedProfile) -> bool:
         """True when this decision is in force for ``profile``: the same profile file, the same primary, and a
@@ -107,11 +173,31 @@ class RoutingDecision(BaseModel):
                 and os.path.realpath(self.profile) == os.path.realpath(profile.path))
 
     def route_for(self, profile: LoadedProfile) -> FallbackSettings | None:
-        """The profile's ``[fallback]`` when this decision says ``fallback`` and applies to ``profile``; else None
-        (tools use the primary)."""
-        if self.active != "fallback" or not self.applies_to(profile):
+        """The profile's ``[fallback]`` when this decision says ``fallback``, applies to ``profile`` and is not
+        ``stale``; else None (tools use the primary)."""
+        if self.active != "fallback" or not self.applies_to(profile) or self.stale():
             return None
         return profile.model.fallback
+
+    def age_s(self, now: float | None = None) -> float:
+        """Seconds since the decision was made (``now``: Unix time, default the clock); 0 for one from the future."""
+        return max(0.0, (time.time() if now is None else now) - self.since)
+
+    def stale(self, now: float | None = None) -> bool:
+        """A ``fallback`` decision older than ``STALE_AFTER_S`` with no agent alive (``agent_alive``): not applied."""
+        return self.active == "fallback" and self.age_s(now) > STALE_AFTER_S and not agent_alive()
+
+    def standing(self, now: float | None = None) -> str:
+        """The decision in words for ``sync`` and ``doctor``: ``fallback since 2025-06-01 14:03:07 (2 d 3 h ago;
+        the agent is running)``; a stale one adds that it is not applied."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
+        alive = agent_alive()
+        text = f"{self.active} since {when} ({_age(self.age_s(now))} ago; " + \
+            ("the agent is running)" if alive else "no agent is running)")
+        if self.stale(now):
+            text += (f": older than {_age(STALE_AFTER_S)} with no agent behind it, so it is not applied and tools "
+                     "use the primary; start the agent (`conduit agent`) to judge the primary again")
+        return text
 
     def brief(self) -> dict[str, object]:
         """``{"active", "since", "why"}``: the part ``conduit status`` and ``/v1/status`` show."""
@@ -226,5 +312,5 @@ def reading_problem() -> str | None:
     return _READER.problem
 
 
-__all__ = ["MAX_BYTES", "VERSION", "FallbackRoute", "RoutingDecision", "RoutingReader", "decision", "kept_path",
+__all__ = ["MAX_BYTES", "RECHECK_S", "STALE_AFTER_S", "VERSION", "agent_alive", "FallbackRoute", "RoutingDecision", "RoutingReader", "decision", "kept_path",
            "profile_key", "read_routing", "reading_problem", "routing_path", "write_routing"]

@@ -13,16 +13,24 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import logging
 import os
+import re
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.sync.engine import ToolReport
+from conduit.daemon.sync.modes import tighten_keyed
 from conduit.daemon.sync.state import DriftRecord, utc_now
 
-__all__ = ["REAPPLY_LIMIT", "REAPPLY_WINDOW_S", "ToolTrack", "diff_core", "drift_record", "file_digest"]
+__all__ = ["REAPPLY_LIMIT", "REAPPLY_WINDOW_S", "ToolTrack", "changed_keys", "diff_core", "drift_record",
+           "drift_remedy", "drift_summary", "file_digest", "tighten", "warn_readable"]
+
+log = logging.getLogger("conduit.daemon")
 
 REAPPLY_LIMIT = 3
 """Re-applies of the profile to one tool allowed within ``REAPPLY_WINDOW_S``."""
@@ -81,11 +89,15 @@ class ToolTrack:
     reapplies: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=REAPPLY_LIMIT))
 
     def refresh(self) -> None:
-        """Remember the files' current content as seen (conduit's write, or a drift already reported)."""
+        """Remember the files' current content as seen (conduit's write, or a drift already reported); a file
+        holding a key that became readable by others is made private again (``tighten``)."""
+        tighten(self.files)
         self.digests = {p: file_digest(p) for p in self.files}
 
     def unchanged(self, hit: set[Path]) -> bool:
-        """True when every file in ``hit`` still has the content last seen: the event was conduit's own write."""
+        """True when every file in ``hit`` still has the content last seen: the event was conduit's own write
+        (or a tool's save of the same bytes, whose mode ``tighten`` checks)."""
+        tighten(hit)
         return all(file_digest(p) == self.digests.get(p) for p in hit)
 
     def may_reapply(self) -> bool:
@@ -97,10 +109,67 @@ class ToolTrack:
         return True
 
 
+def tighten(files: Iterable[Path]) -> None:
+    """Each tool file that holds a key this process read (``REDACTOR``) and that group or others may read is
+    made private again and the log says so (``conduit.daemon.sync.modes.tighten_keyed``): run after every sync
+    and every drift check, so a tool's own save with the usual umask never leaves conduit's key readable."""
+    secrets = REDACTOR.secrets
+    for path in files:
+        said = tighten_keyed(path, secrets)
+        if said:
+            log.warning("%s", said)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_readable(notices: Iterable[str]) -> None:
+    """Log, once per process and file, each notice of a sync saying that a key file or the secrets file can be
+    read by other users (it names the fix, ``chmod 600 PATH``): the daemon's log says it, not only the state."""
+    for notice in notices:
+        if "chmod 600" in notice and notice not in _WARNED:
+            _WARNED.add(notice)
+            log.warning("%s", notice)
+
+
 def diff_core(diff: str) -> list[str]:
     """The changed lines of a diff (no headers, no context, no hunk positions): what identifies one drift."""
     return [ln for ln in diff.splitlines()
             if ln[:1] in "+-" and not ln.startswith(("+++", "---")) and ln.strip()]
+
+
+_KEY_RES = (
+    re.compile(r'\s*"((?:[^"\\]|\\.)+)"\s*:'),  # JSON / JSONC: "key": value
+    re.compile(r"\s*\[+\s*([^\]]+?)\s*\]+\s*$"),  # a TOML table header
+    re.compile(r"\s*(?:export\s+)?([A-Za-z0-9_.$@/-]+)\s*[=:]"),  # TOML, YAML, .env: key = / key:
+)
+
+
+def changed_keys(diff: str) -> list[str]:
+    """The names of the keys a unified diff's changed lines hold (JSON, TOML, YAML or .env), in order, each
+    once: ``ANTHROPIC_BASE_URL``, ``model_provider``... A changed line that holds no key (an array item, a
+    closing brace) names none."""
+    out: dict[str, None] = {}
+    for line in diff_core(diff):
+        for rx in _KEY_RES:
+            m = rx.match(line[1:])
+            if m:
+                out[m.group(1)] = None
+                break
+    return list(out)
+
+
+def drift_remedy(policy: str) -> str:
+    """What a person does about drift under ``on_drift = policy``: run a sync, or let the daemon re-apply."""
+    if policy == "reapply":
+        return "the daemon writes the profile back (on_drift = \"reapply\"); to keep the change, put it in the profile"
+    return "run `conduit sync` to write the profile back, or set on_drift = \"reapply\" in the profile"
+
+
+def drift_summary(record: DriftRecord, policy: str) -> str:
+    """The daemon's log line for one drift: which keys in which files changed, and the remedy."""
+    keys = ", ".join(changed_keys(record.diff)) or "owned keys"
+    return f"{keys} in {', '.join(record.files)} changed behind conduit's back; {drift_remedy(policy)}"
 
 
 def drift_record(dry: ToolReport, previous: DriftRecord | None, policy: str) -> tuple[DriftRecord, bool]:

@@ -9,6 +9,11 @@ back (``take_current``) only when the profile's channel for it changed since the
 with ``force``; a fallback routing switch alone (``[fallback]``) takes it only from conduit's own rows. That memory
 is ``state_dir()/choices.json``, ``{"tool": "channel", "tool.routed": "fallback channel"}`` (the second only while
 routed), written after each sync that is not a dry run.
+
+The ``[fallback]`` route's own values (its small model, its channel's timeout) must go when tools switch back,
+even when ``limits.json`` (who wrote each limit value) was lost or damaged meanwhile: for a tool that follows the
+fallback, each sync also renders both routes in memory (``route_values``) and hands the adapter's ledger what
+only the fallback writes (``LimitLedger.derived``); such a value found without a record is conduit's.
 """
 
 from __future__ import annotations
@@ -21,17 +26,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from conduit.adapters.base import FROM_CONDUIT, Env, NotFound, TakeCurrent, Unsupported
+from conduit.adapters.base import (
+    FROM_CONDUIT,
+    Env,
+    NotFound,
+    TakeCurrent,
+    TextTarget,
+    ToolSettings,
+    Unsupported,
+)
+from conduit.adapters.limits import LimitLedger
 from conduit.adapters.registry import ADAPTERS
 from conduit.adapters.writer.apply import Writer, WriteResult
 from conduit.adapters.writer.backups import BackupStore
 from conduit.daemon.catalog.context import remember_limits, with_context
 from conduit.daemon.config import paths
+from conduit.daemon.config.firstuse import is_placeholder_url, placeholder_message
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.resolve import Resolver
+from conduit.daemon.config.routing import decision
 from conduit.errors import BadArguments, ConduitError
 from conduit.fileio import atomic_write, make_private_dirs
+from conduit.text import one_line
 
 Status = Literal["changed", "unchanged", "error", "not_found", "unsupported", "disabled"]
 
@@ -44,8 +61,11 @@ class ToolReport:
         tool: registry name; display: the tool's name for people.
         status: ``changed`` / ``unchanged`` / ``error`` / ``not_found`` / ``unsupported`` / ``disabled``.
         results: one WriteResult per file or database (diffs already masked).
-        message: the reason for error/not_found/unsupported, or None.
+        message: the reason for error/not_found/unsupported, or None (``not_found``: one short line,
+            ``absent_line``).
         restart_hint: what to do for the tool to see the change (only when something changed).
+        detail: for ``not_found``, the adapter's whole explanation (every path looked at, its other ways to
+            create the tool's files); None otherwise.
     """
 
     tool: str
@@ -54,6 +74,7 @@ class ToolReport:
     results: list[WriteResult] = field(default_factory=list)
     message: str | None = None
     restart_hint: str | None = None
+    detail: str | None = None
 
 
 @dataclass
@@ -244,6 +265,7 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
     try:
         settings = resolver.tool_settings(name)
         settings = with_context(settings, resolver.profile)  # [tools.X] context_window, else /models
+        settings = _with_derived(settings, route_values(name, resolver, env))
         held = next((m for m in (settings.model, settings.small_model) if m and is_placeholder(m)), None)
         if held is not None:  # e.g. `conduit init`'s MODEL-NAME: a tool that worked must not be broken by it
             report.status = "error"
@@ -251,17 +273,24 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
                               f"{adapter.display_name}; put the id the gateway lists (`conduit models`) in the "
                               "profile, e.g. with `conduit use MODEL`")
             return report
+        if is_placeholder_url(settings.root.url):  # `conduit init`'s stand-in: no gateway was named yet
+            report.status, report.message = "error", placeholder_message(settings.channel, settings.root.url)
+            return report
         if adapter.keeps_user_choice:
             settings = dataclasses.replace(settings, take_current=take)
         targets = adapter.plan(settings, env)
     except NotFound as exc:
-        report.status, report.message = "not_found", str(exc)
+        report.status, report.message, report.detail = "not_found", absent_line(name, str(exc), env), str(exc)
         return report
     except Unsupported as exc:
         report.status, report.message = "unsupported", str(exc)
         return report
     except ConduitError as exc:
         report.status, report.message = "error", str(exc)
+        return report
+    except OSError as exc:  # a path the system refuses (too long, not a directory): the file named, not a bug
+        where = one_line(exc.filename, 120) if exc.filename else adapter.display_name
+        report.status, report.message = "error", writer.mask(f"cannot use {where}: {exc.strerror or exc}")
         return report
     except Exception as exc:  # an adapter bug must not stop the other tools (docs/design.md: they still sync)
         report.status, report.message = "error", writer.mask(f"internal error in the {adapter.display_name} "
@@ -285,3 +314,64 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
     if report.status == "changed":
         report.restart_hint = adapter.restart_hint
     return report
+
+
+def absent_line(name: str, message: str, env: Env) -> str:
+    """One short line for a configured tool that is not there: its name, the first thing missing (from the
+    adapter's ``NotFound`` ``message``, HOME shown as ``~``) and what to do. Example: ``Cline not installed (no
+    ~/.cline/data/globalState.json): remove `[tools.cline]` or install it``."""
+    adapter = ADAPTERS[name]
+    what = message.split(": ", 1)[1] if ": " in message else message
+    what = what.split(";")[0].split(" and ")[0].split(" (")[0].strip().rstrip(".")
+    home = str(env.home)
+    what = what.replace(home + "/", "~/") if home not in ("", "/") else what
+    return f"{adapter.display_name} not installed ({what}): remove `[tools.{name}]` or install it"
+
+
+def route_values(name: str, resolver: Resolver, env: Env) -> dict[str, dict[str, object]]:
+    """``{file path: {slot: value}}``: what the ``[fallback]`` route writes into ``name``'s limit slots where the
+    primary route writes another value or none, from two renders in memory of the tool's current files (nothing
+    is written, no record is read); ``{}`` when the profile has no ``[fallback]``, the tool does not follow it,
+    or a render fails. Never raises."""
+    profile = resolver.profile
+    fb = profile.model.fallback
+    if fb is None:
+        return {}
+    routes = []
+    for active in ("fallback", "primary"):
+        other = Resolver(profile, resolver.environ,
+                         routing=decision(active, "", str(profile.path), profile.model.channel, fb))
+        other._channels = resolver._channels  # the keys already read: a `command` source runs once per sync
+        if active == "fallback" and other.fallback_route(name) is None:
+            return {}
+        try:
+            routes.append(_rendered_slots(with_context(other.tool_settings(name), profile), env))
+        except Exception:  # a tool not installed, a file that does not parse, a key that fails: nothing derived
+            return {}
+    fallback, primary = routes
+    return {p: {k: v for k, v in slots.items() if primary.get(p, {}).get(k, _NONE) != v}
+            for p, slots in fallback.items()}
+
+
+_NONE = object()
+
+
+def _rendered_slots(settings: ToolSettings, env: Env) -> dict[str, dict[str, object]]:
+    """The limit slots a render of ``settings`` writes, per file: ``{path: {slot: value}}``."""
+    ledger = LimitLedger()
+    settings = dataclasses.replace(settings, limits=ledger)
+    for target in ADAPTERS[settings.tool].plan(settings, env):
+        if isinstance(target, TextTarget):
+            try:
+                text: str | None = target.path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                text = None
+            target.render(text)
+    return {p: {k: r["wrote"] for k, r in slots.items()} for p, slots in ledger.after.items()}
+
+
+def _with_derived(settings: ToolSettings, derived: dict[str, dict[str, object]]) -> ToolSettings:
+    """``settings`` whose limit ledger knows ``derived`` (``LimitLedger.derived``)."""
+    if not derived or settings.limits is None:
+        return settings
+    return dataclasses.replace(settings, limits=dataclasses.replace(settings.limits, derived=derived))

@@ -18,9 +18,11 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from conduit.daemon.sync.engine import ToolReport
 from conduit.redact import Redactor
+from conduit.text import log_safe
 
-__all__ = ["RedactFilter", "setup_logging", "under_journal"]
+__all__ = ["RedactFilter", "log_tool", "setup_logging", "under_journal"]
 
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
 """Python level -> syslog priority (``<7>`` debug ... ``<2>`` critical), what journald reads as the level."""
@@ -43,7 +45,7 @@ class RedactFilter(logging.Filter):
         if record.exc_info:
             msg += "\n" + logging.Formatter().formatException(record.exc_info)
             record.exc_info = None
-        record.msg, record.args = self.redactor(msg), None
+        record.msg, record.args = log_safe(self.redactor(msg)), None  # no raw escapes, no forged lines
         return True
 
 
@@ -104,3 +106,26 @@ def _route_uncaught(log: logging.Logger) -> None:
 
     sys.excepthook = main_hook
     threading.excepthook = thread_hook
+
+
+_SAID_ABSENT: set[str] = set()
+"""Tools whose ``not_found`` this process already logged at INFO (``log_tool``)."""
+
+
+def log_tool(tr: ToolReport, trigger: str) -> None:
+    """One line per tool per sync (``sync claude_code: changed settings.json (profile)``); diffs at DEBUG."""
+    labels = ", ".join(r.label for r in tr.results if r.changed) or ", ".join(r.label for r in tr.results)
+    level = logging.WARNING if tr.status in ("error", "unsupported") else logging.INFO
+    if tr.status == "not_found":  # an absent tool is said once per daemon start, then only at DEBUG
+        level = logging.DEBUG if tr.tool in _SAID_ABSENT else logging.INFO
+        _SAID_ABSENT.add(tr.tool)
+    else:
+        _SAID_ABSENT.discard(tr.tool)  # installed since: said again if it goes away again
+    detail = f" {labels}" if tr.status == "changed" else ""
+    if tr.message and tr.status != "changed":
+        detail = f": {tr.message.splitlines()[0]}"
+    daemon_log = logging.getLogger("conduit.daemon")
+    daemon_log.log(level, "sync %s: %s%s (%s)", tr.tool, tr.status.replace("_", " "), detail, trigger)
+    for r in tr.results:
+        if r.changed and r.diff:
+            daemon_log.debug("%s diff:\n%s", r.label, r.diff)

@@ -26,6 +26,11 @@ What one event batch does:
    dry-run sync of that tool tells drift from nothing (``conduit.daemon.sync.drift``); with
    ``on_drift = "reapply"`` the profile is written back, within the re-apply budget.
 
+Watches come before reads (the first full sync included): the profile and routing file before anything is read,
+a profile's key files and model caches before they are read, a tool's files dry-run checked once when first
+watched. A watched directory deleted or replaced is watched again when it comes back (``Watcher.dirty``). While a
+``fallback`` decision is in the routing file, the idle loop wakes when it may turn stale (``routed.recheck_in``).
+
 Logging: one line per tool per sync (``sync claude_code: changed settings.json``); ``--verbose`` adds the
 events and diffs. Every key read is taught to the process's ``Redactor``, which masks logs and the state file.
 """
@@ -37,21 +42,28 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from conduit.adapters.base import Env
-from conduit.adapters.writer.backups import BackupStore
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.config.routing import read_routing, reading_problem, routing_path
 from conduit.daemon.config.sources import key_file_path
 from conduit.daemon.sync.catalogs import CatalogKey, catalog_files, catalog_key
-from conduit.daemon.sync.drift import REAPPLY_LIMIT, REAPPLY_WINDOW_S, ToolTrack, drift_record
+from conduit.daemon.sync.drift import (
+    REAPPLY_LIMIT,
+    REAPPLY_WINDOW_S,
+    ToolTrack,
+    drift_record,
+    drift_summary,
+    warn_readable,
+)
 from conduit.daemon.sync.engine import SyncReport, ToolReport, sync
+from conduit.daemon.sync.logs import log_tool
+from conduit.daemon.sync.options import DEBOUNCE_S, MAX_DELAY_S, DaemonOptions
 from conduit.daemon.sync.progress import LoopProgress
-from conduit.daemon.sync.routed import RouteKey, log_switch, route_key
+from conduit.daemon.sync.routed import RouteKey, log_switch, recheck_in, route_key
 from conduit.daemon.sync.scrub import redacting_store, scrub_backups
 from conduit.daemon.sync.state import (
     ChannelInfo,
@@ -59,6 +71,7 @@ from conduit.daemon.sync.state import (
     ProfileInfo,
     SyncState,
     record_report,
+    status_line,
     utc_now,
     write_state,
 )
@@ -72,33 +85,8 @@ __all__ = ["DEBOUNCE_S", "MAX_DELAY_S", "DaemonOptions", "SyncDaemon"]
 
 log = logging.getLogger("conduit.daemon")
 
-DEBOUNCE_S = 0.05
-"""Quiet time (seconds) the loop waits for before it re-reads a profile that did not parse (never before a
-first sync: that one is on the leading edge)."""
-MAX_DELAY_S = 0.5
-"""Longest time (seconds) a continuous burst of events may postpone that re-read."""
-
 _STOP = object()
 _RESYNC = object()
-
-
-@dataclass
-class DaemonOptions:
-    """How the daemon runs.
-
-    Attributes:
-        profile: profile path (None: ``CONDUIT_PROFILE`` or the default).
-        debounce_s: quiet time before re-reading a profile that did not parse, seconds.
-        max_delay_s: longest a burst may postpone that re-read, seconds.
-        env: where tools' files are found (default: this process's environment).
-        backups: where the writer keeps backups (default: the state directory).
-    """
-
-    profile: str | None = None
-    debounce_s: float = DEBOUNCE_S
-    max_delay_s: float = MAX_DELAY_S
-    env: Env | None = None
-    backups: BackupStore | None = None
 
 
 class SyncDaemon:
@@ -142,6 +130,8 @@ class SyncDaemon:
         self.progress = LoopProgress()
         self.syncs = 0
         self._thread: threading.Thread | None = None
+        self._recheck_at: float | None = None  # monotonic time to look at a fallback decision again
+        self._seen_files: set[Path] = set()  # tool files watched so far
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -174,6 +164,7 @@ class SyncDaemon:
             self.state.daemon = DaemonInfo(pid=os.getpid(), started_at=utc_now(),
                                            debounce_ms=round(self.options.debounce_s * 1000))
             self.progress.begin()
+            self._rewatch()  # before the first read: a save during the first sync is an event
             try:
                 self._reload_and_sync(trigger="start", force=True)
             except Exception:  # the daemon must survive anything a sync throws, the first one included
@@ -183,7 +174,7 @@ class SyncDaemon:
             self._save_state()
             self.progress.end()
             self.ready.set()
-            sd_notify(f"READY=1\nSTATUS={self._status_line()}")
+            sd_notify(f"READY=1\nSTATUS={status_line(self.state, self.profile is not None, self.profile_error)}")
             log.info("watching %s", ", ".join(str(d) for d in self.watcher.directories))
             while self._next_batch():
                 pass
@@ -197,10 +188,12 @@ class SyncDaemon:
         Leading edge: the first event of a burst is handled immediately. Events that arrive while it is
         handled stay queued, so the next call takes all of them as one batch: one more sync, never fewer."""
         try:
-            item = self.queue.get(timeout=self.progress.interval_s)
-        except queue.Empty:  # only with the watchdog on: an idle loop that still runs
+            item = self.queue.get(timeout=self._wait_s())
+        except queue.Empty:  # the watchdog's interval, or a fallback decision to look at again
             self.progress.tick()
-            return True
+            if self._recheck_at is None or time.monotonic() < self._recheck_at:
+                return True
+            item = self.routing_path  # handled as its event: one sync when the route it gives moved
         if item is _STOP:
             return False
         batch = {item}
@@ -213,6 +206,13 @@ class SyncDaemon:
         finally:
             self.progress.end()
         return not (stopping or _STOP in batch)
+
+    def _wait_s(self) -> float | None:
+        """How long the idle loop may wait for an event: the watchdog's interval, or less while a ``fallback``
+        decision may turn stale (``recheck_in``; sets ``_recheck_at``); None: as long as it takes."""
+        again = recheck_in(self.profile, read_routing(self.routing_path)) if self.profile else None
+        self._recheck_at = None if again is None else time.monotonic() + again
+        return min([w for w in (self.progress.interval_s, again) if w is not None], default=None)
 
     def _drain(self, batch: set[object]) -> bool:
         """Move every event already queued into ``batch`` (no waiting); True when a stop was among them."""
@@ -241,6 +241,8 @@ class SyncDaemon:
             self.progress.tick()
 
     def _handle(self, batch: set[object]) -> None:
+        if self.watcher.dirty:  # a directory on the way to a watched file came or went: follow it before reading
+            self._rewatch()
         files = {p for p in batch if isinstance(p, Path)}
         for p in sorted(files):
             log.debug("event: %s", p)
@@ -300,6 +302,7 @@ class SyncDaemon:
                                          applied_at=utc_now(), on_drift=loaded.model.on_drift)
         for notice in loaded.notices:
             log.info("profile: %s", notice)
+        self._rewatch()  # this profile's key files and model caches, before they are read
         self._full_sync(loaded, trigger)
 
     def _profile_failed(self, message: str) -> None:
@@ -360,9 +363,19 @@ class SyncDaemon:
         self.route = log_switch(self.route, profile, self.resolver, report)
         self._note_routing_problem()  # the sync's Resolver read the routing file too
         self._rewatch()
+        self._check_new_files(profile)
         if self.catalog_files and catalog_key(profile) != self.catalogs:
             # a list written during the sync, maybe into a directory watched only from now on: one more batch
             self.queue.put(next(iter(self.catalog_files)))
+
+    def _check_new_files(self, profile: LoadedProfile) -> None:
+        """Tools whose files are watched from now on (known only once their adapter planned them): dry-run
+        checked once, so a change made between the sync's write and the new watch is drift, not lost."""
+        ok = {n for n, t in self.state.tools.items() if t.status in ("changed", "unchanged") and n in profile.model.tools}
+        fresh = [n for n, t in self.tracks.items() if set(t.files) - self._seen_files and n in ok]
+        self._seen_files |= {f for t in self.tracks.values() for f in t.files}
+        for tr in sync(profile, tools=fresh, env=self.env, dry_run=True, resolver=self.resolver).tools if fresh else ():
+            self._drift(profile, tr)
 
     def _note_routing_problem(self) -> None:
         """Log why the routing file could not be read (``reading_problem``: unparseable, too large...) once per
@@ -375,9 +388,10 @@ class SyncDaemon:
     def _record(self, report: SyncReport, trigger: str, *, drift_check: bool = False) -> None:
         """Log one line per tool, remember what conduit wrote (digests), update the state document."""
         self.syncs += 1
+        warn_readable(report.notices)  # a key file or the secrets file others may read: said once, naming the fix
         record_report(self.state, report, trigger, mask=self.redactor, drift_check=drift_check)
         for tr in report.tools:
-            _log_tool(tr, trigger)
+            log_tool(tr, trigger)
             track = self.tracks.setdefault(tr.tool, ToolTrack())
             if tr.results:
                 track.files = [r.path for r in tr.results]
@@ -440,8 +454,7 @@ class SyncDaemon:
             return
         record, same = drift_record(dry, entry.drift, policy)
         if not same:
-            log.warning("drift %s: %s changed behind conduit's back (on_drift = %s)", dry.tool,
-                        ", ".join(record.files), policy)
+            log.warning("drift %s: %s", dry.tool, drift_summary(record, policy))
             log.debug("drift %s diff (profile would write):\n%s", dry.tool, record.diff)
         entry.drift = record
         if policy == "reapply" and track.may_reapply():
@@ -457,29 +470,11 @@ class SyncDaemon:
 
     # -- state -----------------------------------------------------------------------------------------
 
-    def _status_line(self) -> str:
-        if self.profile is None:
-            return f"no valid profile: {(self.profile_error or '').splitlines()[0] if self.profile_error else '?'}"
-        summary = ", ".join(f"{k} {v.status}" for k, v in sorted(self.state.tools.items()))
-        return f"synced {summary}" + (" (profile error: last good profile in force)" if self.profile_error else "")
-
     def _save_state(self) -> None:
         try:
             write_state(self.state, redact=self.redactor)  # no key the daemon knows may reach the file
         except OSError as exc:
             log.error("cannot write the state file: %s", exc)
         if self.ready.is_set():
-            sd_notify(f"STATUS={self._status_line()}")
+            sd_notify(f"STATUS={status_line(self.state, self.profile is not None, self.profile_error)}")
 
-
-def _log_tool(tr: ToolReport, trigger: str) -> None:
-    """One line per tool per sync (``sync claude_code: changed settings.json (profile)``); diffs at DEBUG."""
-    labels = ", ".join(r.label for r in tr.results if r.changed) or ", ".join(r.label for r in tr.results)
-    level = logging.WARNING if tr.status in ("error", "unsupported") else logging.INFO
-    detail = f" {labels}" if tr.status == "changed" else ""
-    if tr.message and tr.status != "changed":
-        detail = f": {tr.message.splitlines()[0]}"
-    log.log(level, "sync %s: %s%s (%s)", tr.tool, tr.status.replace("_", " "), detail, trigger)
-    for r in tr.results:
-        if r.changed and r.diff:
-            log.debug("%s diff:\n%s", r.label, r.diff)

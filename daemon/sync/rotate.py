@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from conduit.daemon.config.gateway import auth_headers
+from conduit.daemon.config.gateway import GatewayTimeout, auth_headers, read_bounded
 from conduit.daemon.config.normalize import clean_key
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.redaction import REDACTOR
@@ -43,7 +43,9 @@ from conduit.fileio import atomic_write
 from conduit.redact import fingerprint
 
 CHECK_TIMEOUT_S = 10.0
-"""How long (seconds) the gateway may take to answer the key check."""
+"""How long (seconds) the gateway may take to answer the key check, the whole exchange (a drip included)."""
+CHECK_MAX_BYTES = 64 << 10
+"""At most this much of the key check's answer is read, after decoding (bytes; only its status matters)."""
 
 
 # ------------------------------------------------------------------------------------------- the check
@@ -81,22 +83,26 @@ def models_request(profile: LoadedProfile, channel: str, key: str) -> tuple[str,
 
 
 def check_key(profile: LoadedProfile, channel: str, key: str, *, timeout_s: float = CHECK_TIMEOUT_S,
-              transport: httpx.BaseTransport | None = None) -> KeyCheck:
-    """Ask the gateway whether it accepts ``key`` (see ``models_request``). Never raises for HTTP trouble."""
+              transport: httpx.AsyncBaseTransport | None = None) -> KeyCheck:
+    """Ask the gateway whether it accepts ``key`` (see ``models_request``): the status decides, within
+    ``timeout_s`` seconds for the whole exchange, the body read to its end or ``CHECK_MAX_BYTES``
+    (``conduit.daemon.config.gateway.read_bounded``: an answer that drips is a timeout, a huge one or a gzip
+    bomb costs at most the cap). Never raises for HTTP trouble."""
     url, headers = models_request(profile, channel, key)
     try:
-        with httpx.Client(timeout=timeout_s, transport=transport, follow_redirects=False) as client:
-            resp = client.get(url, headers=headers)
-    except httpx.HTTPError as exc:
+        got = read_bounded("GET", url, headers=headers, max_bytes=CHECK_MAX_BYTES, deadline_s=timeout_s,
+                           transport=transport)
+    except (httpx.HTTPError, OSError) as exc:
         return KeyCheck(False, True, None, f"could not reach {url} to check the key ({_unreached(exc)})", url)
-    if 200 <= resp.status_code < 300:
-        return KeyCheck(True, False, resp.status_code, f"the gateway accepted the key (GET {url}: "
-                        f"{resp.status_code})", url)
-    if resp.status_code in (401, 403):
-        return KeyCheck(False, True, resp.status_code, f"the gateway rejected the key (GET {url}: "
-                        f"{resp.status_code})", url)
-    return KeyCheck(False, False, resp.status_code, f"could not confirm the key: GET {url} answered "
-                    f"{resp.status_code}; storing it anyway", url)
+    status = got.status
+    if 200 <= status < 300:
+        return KeyCheck(True, False, status, f"the gateway accepted the key (GET {url}: "
+                        f"{status})", url)
+    if status in (401, 403):
+        return KeyCheck(False, True, status, f"the gateway rejected the key (GET {url}: "
+                        f"{status})", url)
+    return KeyCheck(False, False, status, f"could not confirm the key: GET {url} answered "
+                    f"{status}; storing it anyway", url)
 
 
 # -------------------------------------------------------------------------------------------- storing
@@ -175,7 +181,7 @@ class RotateResult:
 
 
 def rotate_key(channel: str, raw_key: str, *, profile_path: str | Path | None = None, force: bool = False,
-               wait_s: float = 15.0, transport: httpx.BaseTransport | None = None) -> RotateResult:
+               wait_s: float = 15.0, transport: httpx.AsyncBaseTransport | None = None) -> RotateResult:
     """Rotate ``channel``'s key to ``raw_key`` (see the module docstring).
 
     Args:
@@ -229,7 +235,7 @@ def _rotatable_source(profile: LoadedProfile, channel: str) -> KeySource | None:
 
 
 def _check_or_refuse(profile: LoadedProfile, channel: str, key: str, *, force: bool,
-                     transport: httpx.BaseTransport | None) -> KeyCheck:
+                     transport: httpx.AsyncBaseTransport | None) -> KeyCheck:
     """``check_key``, raising ``ConduitError`` (nothing stored) when the gateway refused it and not ``force``."""
     check = check_key(profile, channel, key, transport=transport)
     if check.refused and not force:
@@ -280,15 +286,22 @@ def _sync_directly(result: RotateResult, profile_path: str | Path | None, olds: 
                             + (f" ({t.message.splitlines()[0]})" if t.message else ""))
 
 
-def _unreached(exc: httpx.HTTPError) -> str:
+def _unreached(exc: httpx.HTTPError | OSError) -> str:
     """Why the gateway could not be reached, in words (httpx's class names mean nothing to a user)."""
-    text = f"{exc} {exc.__cause__ or exc.__context__ or ''}"
-    if isinstance(exc, httpx.TimeoutException):
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(chain) < 10:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    text = " ".join(f"{e!r} {e}" for e in chain)
+    if isinstance(exc, GatewayTimeout):
+        return f"no whole answer within {exc.deadline_s:g} s"
+    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
         return "no answer in time"
     if "Name or service not known" in text or "nodename nor servname" in text or "Errno -2" in text \
             or "Errno -3" in text:
         return "the host name does not resolve"
-    if "Connection refused" in text or "Errno 111" in text:
+    if "Connection refused" in text or "Errno 111" in text or "ConnectionRefusedError" in text:
         return "nothing listens on that port"
     if "CERTIFICATE" in text.upper() or "SSL" in text.upper():
         return "the TLS handshake failed (a certificate problem?)"

@@ -6,6 +6,10 @@ sync, in which ``Resolver`` renders the tools on the primary with the ``[fallbac
 An event that changes nothing (the same decision written again, a decision for another profile) costs nothing.
 After that sync ``log_switch`` logs one line: where tools went, why, and which rewritten tools need a restart
 (the adapters' ``restart_hint``; a tool without one reloads by itself).
+
+A ``fallback`` decision goes stale without any event (``RoutingDecision.stale``: older than ``STALE_AFTER_S`` with
+no agent alive), and an agent may come back to stand behind it: ``recheck_in`` tells the idle loop when to look
+again (only while such a decision is in the file).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.resolve import Resolver
-from conduit.daemon.config.routing import RoutingDecision
+from conduit.daemon.config.routing import RECHECK_S, STALE_AFTER_S, RoutingDecision
 from conduit.daemon.sync.engine import SyncReport
 
 log = logging.getLogger("conduit.daemon")
@@ -45,10 +49,11 @@ def restart_list(report: SyncReport) -> list[str]:
 def log_switch(before: RouteKey | None, profile: LoadedProfile, resolver: Resolver | None,
                report: SyncReport) -> RouteKey:
     """Log the switch when the route applied by this sync differs from ``before`` (None: the first sync logs
-    only a fallback); returns the route now applied."""
+    only a fallback, or a stale decision it does not apply); returns the route now applied."""
     d = resolver.routing if resolver is not None else None
     now = route_key(profile, d)
-    if now == before or (before is None and now == PRIMARY):
+    stale = d is not None and d.applies_to(profile) and d.stale()
+    if now == before or (before is None and now == PRIMARY and not stale):  # a stale decision is said at start
         return now
     fb = profile.model.fallback
     rewritten = [t.tool for t in report.tools if t.status == "changed"]
@@ -58,6 +63,8 @@ def log_switch(before: RouteKey | None, profile: LoadedProfile, resolver: Resolv
     else:
         where = f"primary channel {profile.model.channel}"
         why = d.why if d is not None and d.applies_to(profile) else "no fallback decision for this profile"
+        if stale and d is not None:
+            why = f"the agent's decision is stale: {d.standing()}"
     restart = restart_list(report)
     log.warning("routing: tools on %s now use the %s (%s); rewritten: %s; restart needed: %s",
                 profile.model.channel, where, why, ", ".join(rewritten) or "none",
@@ -65,4 +72,14 @@ def log_switch(before: RouteKey | None, profile: LoadedProfile, resolver: Resolv
     return now
 
 
-__all__ = ["PRIMARY", "RouteKey", "log_switch", "restart_list", "route_key"]
+def recheck_in(profile: LoadedProfile, decision: RoutingDecision | None, now: float | None = None) -> float | None:
+    """Seconds until the route of ``profile`` may change with no event (a ``fallback`` decision turning stale, or
+    an agent stopping or coming back behind an old one): ``STALE_AFTER_S`` minus its age, then every
+    ``RECHECK_S``; None without a ``fallback`` decision for ``profile`` (nothing to look at: no wake-up)."""
+    if decision is None or decision.active != "fallback" or not decision.applies_to(profile):
+        return None
+    age = decision.age_s(now)
+    return STALE_AFTER_S - age + 0.5 if age < STALE_AFTER_S else RECHECK_S
+
+
+__all__ = ["PRIMARY", "RouteKey", "log_switch", "recheck_in", "restart_list", "route_key"]

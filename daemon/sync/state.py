@@ -237,6 +237,15 @@ def tool_facts(state: SyncState) -> dict[str, ToolFacts]:
             for name, t in state.tools.items()}
 
 
+def status_line(state: SyncState, loaded: bool, error: str | None) -> str:
+    """The daemon's systemd ``STATUS=`` line: each tool's last status, or why no profile is in force.
+    ``loaded``: a valid profile is in force; ``error``: the last profile error (redacted), or None."""
+    if not loaded:
+        return f"no valid profile: {error.splitlines()[0] if error else '?'}"
+    summary = ", ".join(f"{k} {v.status}" for k, v in sorted(state.tools.items()))
+    return f"synced {summary}" + (" (profile error: last good profile in force)" if error else "")
+
+
 def profile_error(state: SyncState) -> str | None:
     """The profile error the daemon is holding (the last good profile stays in force), or None."""
     return state.profile.error if not state.profile.ok else None

@@ -11,8 +11,12 @@ Watching a directory, not the file, is what makes every way of saving work:
 Only write-side events are subscribed (created, modified, moved, deleted, closed-after-write): the daemon's own
 reads of the files it watches (IN_OPEN, IN_CLOSE_NOWRITE) would otherwise wake it up after every sync. A watched
 file whose directory does not exist yet is watched through its nearest existing ancestor, so a tool installed
-later (``~/.cline`` created) is noticed. Nothing here polls: with watchdog >= 5 the observer's threads block on
-inotify and on a queue, so an idle daemon does not wake up.
+later (``~/.cline`` created) is noticed. The parent of each watched directory is watched too: a directory that is
+deleted, moved away or replaced (``rm -rf ~/.local/state/conduit``, ``~/.config/conduit`` restored from a
+backup) reports its files and marks the watcher ``dirty``; the next ``watch`` drops the dead inotify watch and
+watches the directory again where it is now (or its nearest existing ancestor until it comes back). Nothing
+here polls: with watchdog >= 5 the observer's threads block on inotify and on a queue, so an idle daemon does
+not wake up.
 
 The watcher only says *which watched file* changed; debouncing and deciding what a change means is the daemon's
 job (``conduit.daemon.sync.loop``).
@@ -20,6 +24,7 @@ job (``conduit.daemon.sync.loop``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -106,6 +111,16 @@ class Watcher:
         self._watches: dict[str, ObservedWatch] = {}
         self._handler = _Handler(self)
         self._started = False
+        # directories whose inotify watch died (deleted, moved away, replaced): filled by watchdog's thread
+        # (deque appends are atomic), emptied by ``watch``
+        self._dead: collections.deque[str] = collections.deque()
+        self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        """True when a directory on the way to a watched file appeared, vanished or was replaced since the last
+        ``watch``: call ``watch`` again (before reading the files) to follow it."""
+        return self._dirty
 
     @property
     def directories(self) -> list[Path]:
@@ -119,12 +134,16 @@ class Watcher:
         directory holding the real file is watched as well). Directories no longer needed are unwatched.
         Call it from one thread only (the daemon's loop); it holds no lock while it calls watchdog.
         """
+        self._dirty = False  # first: an event from now on sets it again
         interest, dirs = _interest(files)
+        dead = set()
+        while self._dead:
+            dead.add(self._dead.popleft())
         # 1. publish the new interest first: events from a directory about to be added already match
         self._view = _View(interest, frozenset(self._watches) | frozenset(dirs))
         # 2. call watchdog with no lock of ours held (its dispatcher may be inside our handler right now)
-        for d in [d for d in self._watches if d not in dirs]:
-            with contextlib.suppress(KeyError, OSError):
+        for d in [d for d in self._watches if d not in dirs or d in dead]:  # a dead watch is made anew
+            with contextlib.suppress(Exception):  # watchdog already stopped the emitter of a deleted directory
                 self._observer.unschedule(self._watches.pop(d))
         for d in sorted(dirs - set(self._watches)):
             try:
@@ -157,12 +176,26 @@ class Watcher:
         hit: list[Path] = []
         for p in paths:
             hit.extend(view.interest.get(_norm(os.fsdecode(p)), ()))
-        src = _norm(os.fsdecode(event.src_path))
-        if event.is_directory and isinstance(event, DirDeletedEvent) and src in view.dirs:
-            # the watched directory itself went away: report its files so the daemon re-watches
-            hit.extend(f for k, fs in view.interest.items() if os.path.dirname(k) == src for f in fs)
+        if event.is_directory:
+            hit.extend(self._directory_moved(view, event))
         for f in dict.fromkeys(hit):
             self._on_change(f)
+
+    def _directory_moved(self, view: _View, event: FileSystemEvent) -> list[Path]:
+        """A directory event: a watched directory that was deleted, moved away or replaced is dead (``watch``
+        makes it anew) and its files are reported; any directory event on the way to a watched file (an
+        ``interest`` key) makes the watcher ``dirty``. Returns the watched files concerned."""
+        src = _norm(os.fsdecode(event.src_path))
+        dest = getattr(event, "dest_path", "")
+        dst = _norm(os.fsdecode(dest)) if dest else ""
+        gone = [d for d in dict.fromkeys((src, dst)) if d and d in view.dirs]
+        hit: list[Path] = []
+        for d in gone:
+            self._dead.append(d)
+            hit.extend(f for k, fs in view.interest.items() if os.path.dirname(k) == d for f in fs)
+        if gone or any(p in view.interest for p in (src, dst) if p):
+            self._dirty = True
+        return hit
 
 
 def _interest(files: Iterable[Path] | Mapping[Path, object]) -> tuple[dict[str, tuple[Path, ...]], set[str]]:
@@ -182,6 +215,10 @@ def _interest(files: Iterable[Path] | Mapping[Path, object]) -> tuple[dict[str, 
                 interest.setdefault(candidate, []).append(f)
             if p.parent.is_dir():
                 dirs.add(_norm(p.parent))
+                up = p.parent.parent
+                if up != p.parent and up.is_dir():  # the directory's own deletion or return is seen from here
+                    dirs.add(_norm(up))
+                    interest.setdefault(_norm(p.parent), []).append(f)
             else:
                 anchor = nearest_existing_dir(p)
                 dirs.add(_norm(anchor))

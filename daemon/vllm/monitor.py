@@ -17,22 +17,40 @@ supervisor's loop and changing no state themselves:
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from conduit.daemon.config.gateway import GatewayAnswer, aread_bounded
 from conduit.daemon.config.vllm import VllmSettings
 from conduit.daemon.vllm.cluster import headless
 from conduit.daemon.vllm.messages import Exited, Health, Launch, Message, Ready, StartTimeout
 from conduit.daemon.vllm.metrics import MetricsTracker
 from conduit.daemon.vllm.process import wait_pid_exit
+from conduit.text import one_line
 
 #: Seconds between readiness checks while starting.
 READY_POLL_S = 0.25
 #: Seconds between two samples of a launch's process tree.
 TRACK_INTERVAL_S = 1.0
+
+
+ENGINE_DEADLINE_S = 5.0
+"""Each request to the engine (``/health``, ``/v1/models``, ``/metrics``) ends within this (seconds), whole."""
+MODELS_MAX_BYTES = 1 << 20
+"""At most this much of the engine's ``/v1/models`` answer is read (decoded): 1 MiB (it lists one model)."""
+METRICS_MAX_BYTES = 8 << 20
+"""At most this much of ``/metrics`` is read (decoded): 8 MiB (vLLM's is a few hundred KiB)."""
+
+
+async def _get(client: httpx.AsyncClient, url: str, max_bytes: int, headers: dict[str, str] | None = None) -> GatewayAnswer:
+    """One bounded GET of the engine (``conduit.daemon.config.gateway.aread_bounded``). Raises httpx.HTTPError,
+    OSError (``GatewayTimeout`` included)."""
+    return await aread_bounded(client, "GET", url, headers=headers or {}, max_bytes=max_bytes,
+                               deadline_s=ENGINE_DEADLINE_S)
 
 
 def _client() -> httpx.AsyncClient:
@@ -89,17 +107,17 @@ class Monitor:
                 return await self.check_ready(own)
         s = self._settings()
         try:
-            r = await client.get(s.base_url + "/health")
-            if r.status_code != 200:
-                return False, f"/health answered {r.status_code}"
-            r = await client.get(s.base_url + "/v1/models", headers=self._headers())
-            if r.status_code != 200:
-                return False, f"/v1/models answered {r.status_code}"
-            names = [m.get("id") for m in r.json().get("data", [])]
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            return False, f"{type(exc).__name__}: {exc}"[:200]
+            r = await _get(client, s.base_url + "/health", 0)
+            if r.status != 200:
+                return False, f"/health answered {r.status}"
+            r = await _get(client, s.base_url + "/v1/models", MODELS_MAX_BYTES, self._headers())
+            if r.status != 200:
+                return False, f"/v1/models answered {r.status}"
+            names = [m.get("id") for m in json.loads(r.body).get("data", [])]
+        except (httpx.HTTPError, OSError, ValueError, AttributeError, RecursionError) as exc:
+            return False, one_line(f"{type(exc).__name__}: {exc}", 200)
         if s.name not in names:
-            return False, f"/v1/models lists {names}, not {s.name!r}"
+            return False, one_line(f"/v1/models lists {names}, not {s.name!r}", 300)
         return True, "ready"
 
     async def run(self, cur: Launch, ready: bool) -> None:
@@ -118,9 +136,9 @@ class Monitor:
             while True:
                 await asyncio.sleep(min(s.health_interval_s, s.metrics_interval_s))
                 try:
-                    r = await client.get(s.base_url + "/health")
-                    ok, detail = r.status_code == 200, f"/health answered {r.status_code}"
-                except httpx.HTTPError as exc:
+                    r = await _get(client, s.base_url + "/health", 0)
+                    ok, detail = r.status == 200, f"/health answered {r.status}"
+                except (httpx.HTTPError, OSError) as exc:
                     ok, detail = False, f"/health: {type(exc).__name__}"
                 self._post(Health(cur.gen, ok, detail))
                 now = time.monotonic()
@@ -148,9 +166,9 @@ class Monitor:
             async with _client() as own:
                 return await self.scrape(own)
         try:
-            r = await client.get(self._settings().base_url + "/metrics")
-            if r.status_code == 200:
-                self._metrics.update(r.text, time.monotonic())
-        except (httpx.HTTPError, ValueError):
+            r = await _get(client, self._settings().base_url + "/metrics", METRICS_MAX_BYTES)
+            if r.status == 200 and not r.truncated:
+                self._metrics.update(r.body.decode("utf-8", "replace"), time.monotonic())
+        except (httpx.HTTPError, OSError, ValueError):
             pass
         return self._metrics.last

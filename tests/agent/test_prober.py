@@ -12,6 +12,7 @@ import pytest
 from helpers.agentproc import Gateway
 
 from conduit.adapters.base import Root
+from conduit.daemon.agent.neighbours import neighbour_bases
 from conduit.daemon.agent.prober import (
     AUTH_HINT,
     ChannelHealth,
@@ -20,7 +21,6 @@ from conduit.daemon.agent.prober import (
     ProbeTarget,
     Verdict,
     classify_exception,
-    neighbour_bases,
     probe_once,
 )
 

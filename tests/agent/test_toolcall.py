@@ -138,7 +138,7 @@ def test_plain_text_answer_is_text_only_and_exit_1(temp_home: Path, stand_in: An
     write(temp_home, gateway_profile(gw.url))
     rc, _, rep = doctor(temp_home, "--json")
     [c] = checks(rep)
-    assert c["verdict"] == "text_only" and "It is sunny in Paris.?[2J" in c["message"] and rc == 1  # escape shown as ?
+    assert c["verdict"] == "text_only" and "It is sunny in Paris.\\x1b[2J" in c["message"] and rc == 1  # escape shown escaped
     assert rep is not None and not rep["ok"]
     assert any("text_only" in p and "model m" in p for p in rep["live"]["problems"]), rep["live"]["problems"]
     rc, out, _ = doctor(temp_home)  # the table a person reads

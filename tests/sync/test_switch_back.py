@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers.toolfiles import DEEPSEEK_ID, add_endpoints, cc_switch_db
 from helpers.toolsamples import aider, opencode
 from ruamel.yaml import YAML
@@ -197,3 +198,81 @@ def test_cc_switch_users_pick_of_an_older_conduit_row_survives_the_routing(temp_
         _route(profile, active)
         _sync(temp_home)
         assert _current(db) == (["conduit-old"], "conduit-old"), active
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "deleted":
+        path.unlink()
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    else:
+        path.write_bytes(b"\x00garbage{{[not json")
+
+
+def _sync_here(home: Path) -> None:
+    """One ``conduit sync`` in this process (HOME is the test's)."""
+    from conduit.adapters.base import Env
+    from conduit.daemon.config.profile import load_profile
+    from conduit.daemon.sync.engine import sync
+
+    assert sync(load_profile(home / ".config" / "conduit" / "profile.toml"), env=Env()).ok
+
+
+def _no_fallback_value(home: Path) -> None:
+    text, conf = _tools(home)
+    assert '"small_model"' not in text and '"model": "conduit/qwen"' in text, text
+    assert "weak-model" not in conf and conf["model"] == "openai/qwen", conf
+    env = _claude_env(home)
+    assert "API_TIMEOUT_MS" not in env and env["ANTHROPIC_MODEL"] == "qwen", env
+
+
+@pytest.mark.parametrize("how", ["deleted", "truncated", "garbage"])
+def test_switch_back_after_limits_json_was_lost_leaves_no_fallback_value(temp_home: Path, how: str) -> None:
+    """``limits.json`` (who wrote each limit value) lost or damaged during a fallback: the fallback's small model
+    and timeout are still known as conduit's (the profile's ``[fallback]`` says what that route writes)."""
+    _user_content(temp_home)
+    profile = _profile(temp_home)
+    _sync_here(temp_home)
+    _route(profile, "fallback")
+    _sync_here(temp_home)
+    assert _claude_env(temp_home)["API_TIMEOUT_MS"] == "120000" and _tools(temp_home)[1]["weak-model"] == "openai/haiku"
+    limits = temp_home / ".local" / "state" / "conduit" / "limits.json"
+    _damage(limits, how)
+    _sync_here(temp_home)  # a sync while still routed (a profile edit, a restart) with the record gone
+    _route(profile, "primary")
+    _sync_here(temp_home)
+    _no_fallback_value(temp_home)
+    assert "// Theme configuration" in _tools(temp_home)[0]
+
+
+def test_a_stale_fallback_decision_with_no_agent_is_not_applied(temp_home: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fallback decision older than ``STALE_AFTER_S`` with nothing answering on the agent's socket: tools stay on
+    (or go back to) the primary and ``conduit sync`` says why, with the decision's date; an agent alive behind the
+    same decision keeps it in force."""
+    import socket
+    import time
+
+    from conduit.daemon.config.routing import STALE_AFTER_S
+
+    sock = tmp_path / "agent.sock"
+    monkeypatch.setenv("CONDUIT_AGENT_SOCKET", str(sock))
+    _user_content(temp_home)
+    profile = _profile(temp_home)
+    fb = FallbackSettings(channel="fb", model="fb-model", small_model="haiku", after_s=5)
+    old = time.time() - 3 * STALE_AFTER_S
+    write_routing(decision("fallback", "vLLM failed", str(profile), "prim", fb, since=old))
+    _sync_here(temp_home)
+    _no_fallback_value(temp_home)
+    env = dict(os.environ, HOME=str(temp_home), NO_COLOR="1", COLUMNS="300")
+    r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    day = time.strftime("%Y-%m-%d", time.localtime(old))
+    assert r.returncode == 0 and f"fallback since {day}" in r.stdout and "no agent is running" in r.stdout, r.stdout
+    assert "not applied" in r.stdout, r.stdout
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as agent:  # an agent stands behind it: applied
+        agent.bind(str(sock))
+        agent.listen(8)
+        time.sleep(1.1)  # the last "no agent" answer is kept for 1 s
+        _sync_here(temp_home)
+        assert _claude_env(temp_home)["ANTHROPIC_MODEL"] == "fb-model"
