@@ -78,3 +78,16 @@ def test_the_manual_cites_only_the_repository() -> None:
     hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in pages
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if OUTSIDE.search(line)]
     assert hits == []
+
+
+def test_layout_names_every_module() -> None:
+    """docs/layout.md is the map: every product module is named there (a new module without a line fails)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    layout = (root / "docs" / "layout.md").read_text(encoding="utf-8")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "adapters", "daemon", "conduit"],
+                           cwd=root, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    missing = [f for f in files if f.endswith(".py") and not f.endswith("__init__.py")
+               and not (root / f).is_symlink() and Path(f).name not in layout]
+    assert missing == [], f"modules docs/layout.md does not name: {missing}"

@@ -107,3 +107,10 @@ def test_folder_is_import_path() -> None:
     r = subprocess.run([sys.executable, "-c", "import conduit.daemon.sync.engine as m; print(m.__file__)"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and r.stdout.strip() == str(ROOT / "conduit" / "daemon" / "sync" / "engine.py"), r.stderr
+
+
+def test_test_file_names_are_unique() -> None:
+    """pytest imports test files by basename (rootdir-relative ``prepend`` mode, no ``__init__.py``): two
+    folders holding the same name stop the whole collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -5,6 +5,9 @@ Microsoft's ``jsonc-parser`` ``modify``: the value at a key path is replaced in 
 inserted before its object's closing brace, and nothing else in the text moves; the result is parsed again
 and compared with the intended document, and a file that cannot be edited safely is refused with a message.
 
+The span parser and the in-place editor live in ``conduit.adapters.formats.jsonedit`` (shared with strict JSON,
+``conduit.adapters.formats.jsonfile``); ``strip_jsonc``, ``_SpanParser`` and ``_Node`` are re-exported here.
+
 Errors: ``ToolFileError`` naming the file, line and column (not JSONC), or saying to edit by hand (an edit
 that would not read back as intended); the writer then leaves the file alone.
 """
@@ -15,124 +18,19 @@ import copy
 import json
 import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conduit.adapters.base import TextTarget
+from conduit.adapters.formats.jsonedit import _Node as _Node  # re-exported: adapters read spans with these
+from conduit.adapters.formats.jsonedit import _SpanParser as _SpanParser
+from conduit.adapters.formats.jsonedit import patch_text, same_json, strip_jsonc
 from conduit.adapters.formats.masking import masker
 from conduit.errors import ToolFileError
 
 __all__ = ["Edit", "edit_jsonc", "jsonc_target", "parse_jsonc", "strip_jsonc"]
 
 _FIX_HINT = "fix the file by hand (or move it away); conduit left it unchanged"
-
-
-def strip_jsonc(text: str, *, commas: bool = True) -> str:
-    """``text`` with comments and (with ``commas``) trailing commas blanked out (same length, same line breaks),
-    so that positions in the result are positions in the original."""
-    out = list(text)
-    i, n = 0, len(text)
-    last_sig = -1  # index of the last significant character (for trailing commas)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            last_sig = min(j, n - 1)
-            i = j + 1
-            continue
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            for k in range(i, j):
-                out[k] = " "
-            i = j
-            continue
-        if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            for k in range(i, j):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-            continue
-        if commas and c in "}]" and last_sig >= 0 and out[last_sig] == ",":
-            out[last_sig] = " "
-        if not c.isspace():
-            last_sig = i
-        i += 1
-    return "".join(out)
-
-
-@dataclass
-class _Node:
-    """A JSON value's span in the text; objects know their members' key start and value node."""
-
-    start: int
-    end: int
-    kind: str  # object, array, scalar
-    members: dict[str, tuple[int, _Node]] = field(default_factory=dict)
-
-
-class _SpanParser:
-    """A recursive-descent JSON parser over comment-stripped text that records spans (values are parsed by
-    ``json`` separately; this one only needs structure)."""
-
-    def __init__(self, text: str) -> None:
-        self.t, self.i = text, 0
-
-    def ws(self) -> None:
-        while self.i < len(self.t) and self.t[self.i].isspace():
-            self.i += 1
-
-    def value(self) -> _Node:
-        self.ws()
-        start, c = self.i, self.t[self.i]
-        if c == "{":
-            node = _Node(start, start, "object")
-            self.i += 1
-            self.ws()
-            while self.t[self.i] != "}":
-                self.ws()
-                key_start = self.i
-                key = json.loads(self.t[key_start:self.string_end(key_start)])
-                self.i = self.string_end(key_start)
-                self.ws()
-                self.i += 1  # ':'
-                node.members[key] = (key_start, self.value())
-                self.ws()
-                if self.t[self.i] == ",":
-                    self.i += 1
-                    self.ws()
-            self.i += 1
-            node.end = self.i
-            return node
-        if c == "[":
-            self.i += 1
-            self.ws()
-            while self.t[self.i] != "]":
-                self.value()
-                self.ws()
-                if self.t[self.i] == ",":
-                    self.i += 1
-                    self.ws()
-            self.i += 1
-            return _Node(start, self.i, "array")
-        if c == '"':
-            self.i = self.string_end(start)
-            return _Node(start, self.i, "scalar")
-        m = re.compile(r"-?[0-9.eE+-]+|true|false|null").match(self.t, self.i)
-        assert m is not None
-        self.i = m.end()
-        return _Node(start, self.i, "scalar")
-
-    def string_end(self, i: int) -> int:
-        j = i + 1
-        while self.t[j] != '"':
-            j += 2 if self.t[j] == "\\" else 1
-        return j + 1
 
 
 def trailing_comma_line(text: str) -> int | None:
@@ -262,13 +160,19 @@ def edit_jsonc(text: str | None, edits: Sequence[Edit], *, path: Path) -> str:
         return text
     if text is None or not text.strip():
         return json.dumps(wanted, ensure_ascii=False, indent=2) + "\n"
-    out = text
-    try:
-        for keys, value in todo:
-            out = _set_in_text(out, keys, value)
-        ok = parse_jsonc(out, path=path) == wanted
-    except (ToolFileError, IndexError, ValueError, AssertionError):
+    try:  # only the members that differ, each in its siblings' style (conduit.adapters.formats.jsonedit)
+        out = patch_text(text, doc, wanted)
+        ok = same_json(parse_jsonc(out, path=path), wanted)
+    except (ToolFileError, ValueError):
         ok = False
+    if not ok:  # the older member-by-member edit
+        out = text
+        try:
+            for keys, value in todo:
+                out = _set_in_text(out, keys, value)
+            ok = parse_jsonc(out, path=path) == wanted
+        except (ToolFileError, IndexError, ValueError, AssertionError):
+            ok = False
     if not ok:
         raise ToolFileError(f"{path}: conduit could not edit this JSONC file without disturbing its comments",
                             "set the values shown by `conduit sync --dry-run` by hand; the file is unchanged")

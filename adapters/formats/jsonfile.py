@@ -1,9 +1,11 @@
 """Helpers adapters use to build ``TextTarget``s for other programs' JSON files.
 
 Merge, never replace (docs/design.md "Writing other programs' files"): ``json_target`` parses the current file,
-hands a deep copy to the adapter's ``transform`` (which sets only the keys the adapter owns), and dumps the
-result in the file's own indentation, key order and trailing-newline style. When the transform changes
-nothing, the original text comes back byte for byte, so formatting alone never causes a write.
+hands a deep copy to the adapter's ``transform`` (which sets only the keys the adapter owns), and edits the
+text in place (``edit_json_text``): only the members that changed are rewritten, so every other byte (the
+file's indentation, one-line arrays and objects, key order, CRLF, final newline) stays as it was. When the
+transform changes nothing, the original text comes back byte for byte, so formatting alone never causes a
+write.
 
 Parsing is strict JSON (RFC 8259): Claude Code ignores the whole settings file on a comment or a trailing
 comma (docs/formats/claude-code.md "Format rules"), so conduit refuses such a file instead of "fixing" it.
@@ -21,6 +23,7 @@ from typing import Any
 
 from conduit.adapters.base import TextTarget
 from conduit.adapters.formats.jsonc import strip_jsonc
+from conduit.adapters.formats.jsonedit import patch_text, same_json
 from conduit.adapters.formats.masking import masker
 from conduit.errors import ToolFileError
 
@@ -131,6 +134,25 @@ def dump_json(doc: dict[str, Any], *, like: str | None) -> str:
     return out
 
 
+def edit_json_text(text: str | None, old: dict[str, Any], new: dict[str, Any], *, path: Path) -> str:
+    """``text`` (strict JSON that parses to ``old``) changed to hold ``new``, touching only what differs.
+
+    The edit is made in place (``conduit.adapters.formats.jsonedit``): every byte outside the changed members
+    stays (indentation, one-line arrays and objects, key order, CRLF, the final newline); a new member is
+    written like its siblings. A missing or blank file, or an edit that would not read back as ``new`` (which
+    should not happen), gets the whole document in the file's style (``dump_json``) instead.
+    """
+    if text is None or not text.strip():
+        return dump_json(new, like=text)
+    try:
+        out = patch_text(text, old, new)
+        if same_json(parse_json_object(out, path=path), new):
+            return out
+    except (ValueError, ToolFileError):
+        pass
+    return dump_json(new, like=text)
+
+
 def _canonical(doc: Any) -> str:
     """A comparison key that tells ``1`` from ``true`` from ``1.0`` and sees key order."""
     return json.dumps(doc, ensure_ascii=False)
@@ -182,7 +204,7 @@ def json_target(
             raise TypeError(f"transform for {path} returned {type(new).__name__}, expected dict")
         if text is not None and _canonical(new) == _canonical(doc):
             return text
-        return dump_json(new, like=text)
+        return edit_json_text(text, doc, new, path=path)
 
     return TextTarget(
         path=path,

@@ -37,6 +37,7 @@ from conduit.daemon.agent.prober import Prober, ProbeTarget, targets_for
 from conduit.daemon.agent.routing import TICK_S, RoutePlan, Router, plan_for
 from conduit.daemon.agent.state import AgentConfig
 from conduit.daemon.config import paths
+from conduit.daemon.config.firstuse import announce, is_placeholder_url, placeholder_message
 from conduit.daemon.config.profile import load_profile
 from conduit.daemon.config.resolve import vllm_settings
 from conduit.daemon.config.routing import profile_key
@@ -93,6 +94,12 @@ def read_profile(path: str | None) -> ProfileView:
     except OSError as exc:
         return ProfileView([], {}, f"cannot read the profile: {exc}", valid=False)
     targets, problems = targets_for(loaded)
+    for t in targets:  # the starter's placeholder gateway is never probed; a new host is said once
+        if is_placeholder_url(t.root.url):
+            problems[t.channel] = placeholder_message(t.channel, t.root.url)
+        else:
+            announce(t.channel, t.root.url, t.key)
+    targets = [t for t in targets if t.channel not in problems]
     vllm: VllmSettings | ConduitError | None
     try:
         vllm = vllm_settings(loaded)
@@ -109,11 +116,22 @@ def read_tools(path: Path) -> ToolsBody:
     except (OSError, ValueError) as exc:
         return ToolsBody(tools={}, note=f"cannot read {path}: {exc}")
     if not (isinstance(data, dict) and "tools" in data):
-        return ToolsBody(tools=data if isinstance(data, dict) else {}, note=None)
+        return ToolsBody(tools=_displayed(data) if isinstance(data, dict) else {}, note=None)
     try:
-        return ToolsBody.model_validate(data)
+        body = ToolsBody.model_validate(data)
+        body.tools = _displayed(body.tools)
+        return body
     except ValidationError as exc:  # e.g. "tools" is not an object: not the format the sync daemon writes
         return ToolsBody(tools={}, note=f"cannot read {path}: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}")
+
+
+def _displayed(tools: dict[str, Any]) -> dict[str, Any]:
+    """``tools`` with each known tool's ``display`` name added (``conduit status`` shows the names doctor shows)."""
+    from conduit.adapters.registry import ADAPTERS  # the adapters load once, at the first read
+
+    return {name: ({**info, "display": ADAPTERS[name].display_name}
+                   if isinstance(info, dict) and name in ADAPTERS and "display" not in info else info)
+            for name, info in tools.items()}
 
 
 def file_signature(path: Path) -> tuple[int, int, int] | None:

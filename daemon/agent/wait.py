@@ -106,13 +106,13 @@ def wait_until(cond: Conditions, timeout_s: float, fetch: Callable[[], dict[str,
     """Poll ``fetch()`` (a ``/v1/status`` body) until ``cond`` holds or ``timeout_s`` passes.
 
     Returns:
-        (exit code, one line): 0 ready; 1 timed out (the line lists what is unmet); 2 the agent was unreachable
-        on the first try, or still at the deadline.
+        (exit code, one line): 0 ready; 1 timed out (the line lists what is unmet); 2 the agent was still
+        unreachable at the deadline (an agent started just before, ``conduit agent & conduit wait ...``, is
+        waited for within ``timeout_s``; with ``timeout_s`` 0, one try).
     Raises:
         BadArguments: unknown GPU or channel (exit code 3).
     """
     deadline = time.monotonic() + timeout_s
-    first = True
     last_unreachable: AgentUnreachable | None = None
     problems: list[str] = []
     while True:
@@ -123,10 +123,7 @@ def wait_until(cond: Conditions, timeout_s: float, fetch: Callable[[], dict[str,
             if not problems:
                 return EXIT_READY, "ready"
         except AgentUnreachable as exc:
-            if first:
-                return EXIT_UNREACHABLE, str(exc)
             last_unreachable = exc
-        first = False
         left = deadline - time.monotonic()
         if left <= 0:
             if last_unreachable is not None:

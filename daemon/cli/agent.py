@@ -49,46 +49,23 @@ def routing_line(routing: Any) -> str | None:
 
 def render_status(status: dict[str, Any], file: Any = None) -> None:
     """Print ``status`` (a ``/v1/status`` body) as rich tables: channels, GPUs (free/total bars), vLLM, tools."""
-    from rich.markup import escape as esc
-    from rich.table import Table
-
     from conduit.daemon.cli.console import make_console
 
     console = make_console(file=file, highlight=True)
     agent = status.get("agent", {})
     console.print(f"[bold]conduit agent[/] {agent.get('state')} (pid {agent.get('pid')}, "
-                  f"up {agent.get('uptime_s', 0):.0f} s) on {agent.get('socket')}")
+                  f"up {agent.get('uptime_s', 0):.0f} s) on {_home_short(str(agent.get('socket')))}")
     if rline := routing_line(status.get("routing")):
         console.print(rline)
 
-    t = Table(title="channels", title_justify="left")
-    for col in ("channel", "protocol", "verdict", "last ms", "p50 ms", "p95 ms", "fails", "message"):
-        t.add_column(col)
-    for name, ch in (status.get("channels") or {}).items():
-        for proto, p in ch.get("protocols", {}).items():
-            lat = p.get("latency_ms", {})
-            colour = "green" if p.get("verdict") == "ok" else "yellow" if p.get("verdict") == "pending" else "red"
-            # Channel names, messages and hints come from the profile and gateways: printed as text, never markup.
-            t.add_row(esc(name), proto, f"[{colour}]{p.get('verdict')}[/]", _num(lat.get("last")),
-                      _num(lat.get("p50")), _num(lat.get("p95")), str(p.get("consecutive_failures", "")),
-                      esc((p.get("message") or "") + (f" (hint: {p['hint']})" if p.get("hint") else "")))
+    t = channels_table(status.get("channels") or {})
     if t.row_count:
         console.print(t)
     else:
         console.print(f"channels: none ({status.get('note') or 'the profile has no channels'})", markup=False)
 
     gpus = status.get("gpus") or {}
-    g = Table(title="GPUs", title_justify="left")
-    for col in ("#", "name", "free / total", "", "util", "min free (window)", "processes"):
-        g.add_column(col)
-    for gpu in gpus.get("gpus", []):
-        total, free = gpu.get("total_bytes"), gpu.get("free_bytes")
-        bar = _bar(free, total)
-        win = gpu.get("window") or {}
-        procs = ", ".join(f"{p['pid']}{' (vLLM)' if p.get('vllm') else ''}: {format_bytes(p.get('used_bytes'))}"
-                          for p in gpu.get("processes", []))
-        g.add_row(str(gpu.get("index")), esc(str(gpu.get("name"))), f"{format_bytes(free)} / {format_bytes(total)}", bar,
-                  _num(gpu.get("utilization_gpu_pct"), "%"), format_bytes(win.get("min_free_bytes")), procs)
+    g = gpus_table(gpus, bars=console.width >= 100)  # the free-memory bar only where it fits beside the numbers
     if g.row_count:
         console.print(g)
     else:
@@ -108,25 +85,89 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         console.print(f"tools: none ({tools.get('note') or 'no sync has run yet'})", markup=False)
 
 
-def tools_table(tools: dict[str, Any]) -> Any:
-    """The tools part of ``conduit status``: one row per tool of the sync state file's ``tools`` object
-    (``conduit.daemon.sync.state``): its status, when it was last synced and last changed (UTC), whether a
-    restart is needed, drift, and the message. Values that are not objects are shown as the status."""
+def gpus_table(gpus: dict[str, Any], *, bars: bool) -> Any:
+    """The GPUs part of ``conduit status``: index, name, free / total (with a bar when ``bars``), utilization,
+    the lowest free memory in the sampling window, and the processes (folded, never cut)."""
+    from rich import box
     from rich.markup import escape as esc
     from rich.table import Table
 
-    t = Table("tool", "status", "last sync (UTC)", "last change (UTC)", "restart", "drift", "message",
-              title="tools", title_justify="left")
+    g = Table("GPU", "name", "free / total", "util", "min free", "processes", box=box.SIMPLE_HEAD, pad_edge=False,
+              show_edge=False, padding=(0, 1, 0, 0))
+    g.columns[5].overflow = "fold"
+    for gpu in gpus.get("gpus", []):
+        total, free = gpu.get("total_bytes"), gpu.get("free_bytes")
+        win = gpu.get("window") or {}
+        procs = ", ".join(f"{p['pid']}{' (vLLM)' if p.get('vllm') else ''}: {format_bytes(p.get('used_bytes'))}"
+                          for p in gpu.get("processes", []))
+        mem = f"{format_bytes(free)} / {format_bytes(total)}" + (f" {_bar(free, total)}" if bars else "")
+        g.add_row(str(gpu.get("index")), esc(str(gpu.get("name"))), mem,
+                  _num(gpu.get("utilization_gpu_pct"), "%"), format_bytes(win.get("min_free_bytes")), procs)
+    return g
+
+
+def channels_table(channels: dict[str, Any]) -> Any:
+    """The channels part of ``conduit status``: one row per channel and verdict (protocols with the same verdict
+    and message share a row), latency last / p50 / p95 in ms, consecutive failures and the message (folded,
+    never cut). Channel names, messages and hints come from the profile and gateways: printed as text."""
+    from rich import box
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    t = Table("channel", "protocol", "verdict", "ms last/p50/p95", "fails", "message", box=box.SIMPLE_HEAD,
+              pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
+    t.columns[5].overflow = "fold"
+    for name, ch in channels.items():
+        rows: dict[tuple[str, str], list[str]] = {}
+        shown: dict[tuple[str, str], dict[str, Any]] = {}
+        for proto, p in ch.get("protocols", {}).items():
+            message = (p.get("message") or "") + (f" (hint: {p['hint']})" if p.get("hint") else "")
+            key = (str(p.get("verdict")), message)
+            rows.setdefault(key, []).append(proto)
+            shown.setdefault(key, p)
+        for (verdict, message), protos in rows.items():
+            lat = shown[(verdict, message)].get("latency_ms", {})
+            colour = "green" if verdict == "ok" else "yellow" if verdict == "pending" else "red"
+            ms = "/".join(_num(lat.get(k)) for k in ("last", "p50", "p95"))
+            t.add_row(esc(name), ", ".join(protos), f"[{colour}]{esc(verdict)}[/]", "-" if ms == "-/-/-" else ms,
+                      str(shown[(verdict, message)].get("consecutive_failures", "")), esc(_home_short(message)))
+    return t
+
+
+def tools_table(tools: dict[str, Any]) -> Any:
+    """The tools part of ``conduit status``: one row per tool of the sync state file's ``tools`` object
+    (``conduit.daemon.sync.state``), by its display name when the agent gives one: its status, when it was last
+    synced (UTC), and notes: restart needed (since the last change), drift, the message (folded, ``$HOME`` as
+    ``~``, never cut). Values that are not objects are shown as the status."""
+    from rich import box
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    t = Table("tool", "status", "last sync (UTC)", "notes", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+              padding=(0, 1, 0, 0))
+    t.columns[0].no_wrap = t.columns[2].no_wrap = True
+    t.columns[3].overflow = "fold"
     for name, info in tools.items():
         info = info if isinstance(info, dict) else {"status": info}
         status = str(info.get("status") or info.get("state") or "-")
         colour = {"changed": "green", "unchanged": "green", "error": "red", "unsupported": "red",
                   "not_found": "yellow"}.get(status, "white")
-        drift = info.get("drift")
-        t.add_row(esc(str(name)), f"[{colour}]{esc(status)}[/]", _when(info.get("last_sync_at")),
-                  _when(info.get("last_change_at")), "needed" if info.get("restart_needed") else "-",
-                  "drifted" if drift else "-", esc(str(info.get("message") or "")))
+        notes = []
+        if info.get("restart_needed"):
+            notes.append(f"restart needed since {_when(info.get('last_change_at'))[11:] or '-'}")
+        if info.get("drift"):
+            notes.append("drifted: `conduit doctor` shows the fix")
+        if info.get("message"):  # its first clause; `conduit doctor` gives the whole message and the fix
+            notes.append(_home_short(str(info["message"]).split("; ")[0]))
+        t.add_row(esc(str(info.get("display") or name)), f"[{colour}]{esc(status)}[/]", _when(info.get("last_sync_at")),
+                  esc("; ".join(notes)))
     return t
+
+
+def _home_short(text: str) -> str:
+    """``text`` with the home directory written ``~`` (the agent runs as this user, so its paths are ours)."""
+    home = str(Path.home()).rstrip("/")
+    return text.replace(home + "/", "~/") if home and home != "/" else text
 
 
 def _when(stamp: Any) -> str:

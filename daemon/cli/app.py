@@ -110,10 +110,33 @@ class _State:
 state = _State()
 
 
+DISTRIBUTION = "conduit-sync"
+"""The distribution that installs the ``conduit`` command (``pyproject.toml``)."""
+
+
+def version_text() -> str:
+    """``conduit-sync X.Y.Z`` from the installed distribution's metadata; ``conduit-sync (version unknown: not
+    installed)`` when running from a checkout that was never installed."""
+    from importlib import metadata  # lazy: only --version reads it
+
+    try:
+        return f"{DISTRIBUTION} {metadata.version(DISTRIBUTION)}"
+    except metadata.PackageNotFoundError:
+        return f"{DISTRIBUTION} (version unknown: not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     profile: str | None = typer.Option(
         None, "--profile", envvar="CONDUIT_PROFILE", help="Profile file (default ~/.config/conduit/profile.toml)."
     ),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the version of conduit-sync and exit."),
 ) -> None:
     state.profile = profile

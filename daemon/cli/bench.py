@@ -210,7 +210,7 @@ def run_bench(o: BenchOptions) -> int:
 
 
 _Opt = typer.Option
-_VLLM_HELP = ("KEY=VALUE (repeatable): bench the supervised vLLM, set this in \\[vllm], wait for the agent to "
+_VLLM_HELP = ("KEY=VALUE (repeatable): bench the supervised vLLM, set this in [vllm], wait for the agent to "
               "relaunch it, bench again, compare, restore.")
 
 
@@ -256,7 +256,7 @@ def bench(
     compare: Annotated[str | None, _Opt(help="Run the same sweep against this second target too (a channel, "
                                              "or a base URL with the same key options) and compare.")] = None,
     gpus: Annotated[str | None, _Opt(help="With --compare: GPU counts A,B for the scaling efficiency "
-                                          "(default: \\[vllm] of the local channel, /metrics, or 1).")] = None,
+                                          "(default: [vllm] of the local channel, /metrics, or 1).")] = None,
     compare_vllm: Annotated[list[str] | None, _Opt(help=_VLLM_HELP)] = None,
     keep: Annotated[bool, _Opt(help="With --compare-vllm: keep the change instead of restoring.")] = False,
     ready_timeout: Annotated[str, _Opt(help="With --compare-vllm: wait this long for ready (90s, 10m).")] = "10m",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -20,7 +21,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import tomlkit
 from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
@@ -32,16 +32,27 @@ from conduit.redact import fingerprint
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 
 
-def _run(home: Path, *args: str, stdin: str | None = None, shown: str | None = None) -> int:
-    """Run ``conduit ARGS`` under ``home`` and echo it like a terminal session."""
+_STATUS = re.compile(r"[A-Z][\w ]*: (updated|unchanged|would change|not found|error|disabled)\b|profile: |note|warning|error")
+
+
+def _brief(text: str) -> str:
+    """What a sync printed, cut to its status lines (``Claude Code: updated``), notes and warnings: for a step
+    whose diffs the state table shows, so no diff is printed twice."""
+    kept = [line for line in text.splitlines(keepends=True) if _STATUS.match(line)]
+    left_out = len(kept) < len(text.splitlines())
+    return "".join(kept) + ("  (diffs left out: the table below shows what each tool holds)\n" if left_out else "")
+
+
+def _run(home: Path, *args: str, stdin: str | None = None, shown: str | None = None, brief: bool = False) -> int:
+    """Run ``conduit ARGS`` under ``home`` and echo it like a terminal session (``brief``: without diffs)."""
     console.print(f"[bold cyan]$ {shown or 'conduit ' + shlex.join(args)}[/]")
-    env = dict(os.environ, HOME=str(home), COLUMNS=str(console.width))
+    env = dict(os.environ, HOME=str(home), COLUMNS=str(1000 if brief else console.width))  # brief: whole lines
     for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CONDUIT_PROFILE", "CLAUDE_CONFIG_DIR", "CLINE_DATA_DIR",
                 "CLINE_DIR", "ANTHROPIC_BASE_URL"):
         env.pop(var, None)
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", *args], input=stdin, text=True,
                        capture_output=True, env=env, cwd=home)
-    sys.stdout.write(r.stdout)
+    sys.stdout.write(_brief(r.stdout) if brief else r.stdout)
     sys.stdout.write(r.stderr)
     sys.stdout.flush()
     return r.returncode
@@ -68,6 +79,10 @@ def _state_table(home: Path, title: str) -> Table:
     return table
 
 
+MODELS = ("claude-sonnet-4-20250514", "claude-3-5-haiku-20241022", "deepseek-chat")
+"""What the stand-in gateway lists: every model the demo's profile names, so no warning is about the stand-in."""
+
+
 class StandInGateway:
     """A loopback stand-in for the hosted gateway, so the demo's live checks send nothing off this machine.
 
@@ -79,7 +94,7 @@ class StandInGateway:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 auth = self.headers.get("authorization", "") or self.headers.get("x-api-key", "")
                 ok = self.path == "/api/v1/models" and "sk-demo-" in auth
-                body = json.dumps({"data": [{"id": "deepseek-chat"}]} if ok else {"error": "no"}).encode()
+                body = json.dumps({"data": [{"id": m} for m in MODELS]} if ok else {"error": "no"}).encode()
                 self.send_response(200 if ok else (401 if self.path == "/api/v1/models" else 404))
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -98,14 +113,6 @@ class StandInGateway:
         self.server.server_close()
 
 
-def _point_at(home: Path, root: str) -> None:
-    """Edit the profile's taotoken base_url (tomlkit: comments stay), as a person would in an editor."""
-    path = home / ".config/conduit/profile.toml"
-    doc = tomlkit.parse(path.read_text())
-    doc["channels"]["taotoken"]["base_url"] = root
-    path.write_text(tomlkit.dumps(doc))
-
-
 def run_demo(keep: bool = False) -> int:
     """Run the demo; returns 0 when every step succeeded. ``keep`` leaves the temporary HOME in place."""
     home = Path(tempfile.mkdtemp(prefix="conduit-demo-"))
@@ -113,37 +120,30 @@ def run_demo(keep: bool = False) -> int:
     rc = 0
     try:
         console.print(Rule("conduit demo: one profile, three tools"))
-        console.print(f"temporary HOME: {home}\n")
+        console.print(f"temporary HOME: {home}; the gateway: a stand-in on this machine, {gateway.root}",
+                      markup=False)
         claude_settings(home, CLAUDE_SETTINGS)
         cline_gen_c(home)
         cc_switch_db(home)
-        console.print("Laid out real-format configs: ~/.claude/settings.json (permissions, hooks, statusLine, "
-                      "plugins, an old gateway), ~/.cline/data/settings/providers.json (Cline CLI 3.x), "
-                      "~/.cc-switch/cc-switch.db (CC Switch v3.20, schema 17, one provider).\n")
-        rc |= _run(home, "init", "--no-discover")
-        _point_at(home, gateway.root)
-        console.print(f"(the demo points channels.taotoken.base_url at a stand-in gateway, {gateway.root}, so "
-                      "the live checks below send nothing off this machine)\n", markup=False)
+        console.print("Laid out real-format configs: ~/.claude/settings.json (hooks, permissions, an old gateway), "
+                      "~/.cline/data/settings/providers.json (Cline CLI 3.x), ~/.cc-switch/cc-switch.db (v3.20).\n")
+        rc |= _run(home, "init", "--no-discover", "--base-url", gateway.root, "--channel", "taotoken")
         rc |= _run(home, "key", "set", "taotoken", stdin="sk-demo-first-key-7c1e\n",
                    shown="printf 'sk-demo-first-key-7c1e\\n' | conduit key set taotoken")
-        console.print(Rule("1. first sync: see the diffs, then write"))
-        rc |= _run(home, "sync", "--dry-run")
-        rc |= _run(home, "sync")
-        console.print(_state_table(home, "after the first sync"))
+        console.print(Rule("1. see a diff (one tool's; every tool's without --tool), then write"))
+        rc |= _run(home, "sync", "--dry-run", "--tool", "claude_code")
+        rc |= _run(home, "sync", brief=True)
         hooks_kept = json.loads((home / ".claude/settings.json").read_text())["hooks"] == CLAUDE_SETTINGS["hooks"]
-        console.print(f"Claude Code hooks, permissions and statusLine kept: {hooks_kept}\n")
+        console.print(f"Claude Code hooks, permissions and statusLine kept: {hooks_kept}")
         console.print(Rule("2. switch the model everywhere with one command"))
-        rc |= _run(home, "use", "deepseek-chat")
-        console.print(_state_table(home, "after `conduit use deepseek-chat`"))
+        rc |= _run(home, "use", "deepseek-chat", "--small-model", "deepseek-chat", brief=True)
         console.print(Rule("3. rotate the key in one place"))
         rc |= _run(home, "key", "set", "taotoken", stdin="sk-demo-second-key-91ab\n",
                    shown="printf 'sk-demo-second-key-91ab\\n' | conduit key set taotoken")
-        rc |= _run(home, "sync")
-        console.print(_state_table(home, "after the key change"))
+        rc |= _run(home, "sync", brief=True)
+        console.print(_state_table(home, "every tool after the model switch and the key change"))
         console.print(Rule("4. doctor, with live checks"))
         rc |= _run(home, "doctor", "--live")
-        console.print(Rule("5. a second sync writes nothing"))
-        rc |= _run(home, "sync")
         console.print("\n[green]demo finished[/]" if rc == 0 else "\n[red]a step failed (see above)[/]")
     finally:
         gateway.close()

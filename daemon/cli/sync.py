@@ -1,4 +1,5 @@
-"""CLI: ``conduit init | sync | doctor | use | restore`` (thin: parse, call, print, return an exit code).
+"""CLI: ``conduit sync | doctor | use | restore | demo`` (thin: parse, call, print, return an exit code;
+``init`` is ``conduit.daemon.cli.init``).
 
 What ``sync`` and ``doctor`` print (``--json`` included) and the state file a plain ``sync`` writes pass through
 the config layer's ``REDACTOR`` (``conduit.daemon.config.redaction``): every key resolved in this run is shown
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import sys
-import time
 from typing import Any
 
 import typer
@@ -29,7 +28,6 @@ from conduit.daemon.config.profile import LoadedProfile, did_you_mean, load_prof
 from conduit.daemon.config.redaction import REDACTOR, redact_data
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.sync.engine import SyncReport, sync
-from conduit.daemon.sync.init import TEMPLATES, init_profile, starter_text
 from conduit.daemon.sync.lock import running_daemon_pid
 from conduit.daemon.sync.state import read_state, record_report, write_state
 from conduit.errors import BadArguments, ConduitError
@@ -43,35 +41,6 @@ _STYLE = {"changed": "green", "unchanged": "dim", "error": "red", "not_found": "
           "disabled": "dim", "in_sync": "green", "drifted": "yellow", "not_managed": "dim", "not_synced": "yellow"}
 
 
-@commands.command()
-def init(
-    template: str = typer.Option("hosted", help=f"Starter profile: {', '.join(TEMPLATES)}."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing profile (a .bak copy is kept)."),
-    print_only: bool = typer.Option(False, "--print", help="Print the starter profile instead of writing it."),
-    no_discover: bool = typer.Option(False, "--no-discover", help="Do not build the profile from the tools' "
-                                     "current settings."),
-) -> int:
-    """Write a starter profile (or one proposed from the tools already configured)."""
-    starter_text(template)  # an unknown --template is refused (exit 3) even when discovery would not use it
-    if print_only:
-        sys.stdout.write(starter_text(template))  # verbatim: rich would wrap long lines and break the TOML
-        return 0
-    path = paths.profile_path(state.profile)
-    text, notes = init_profile(path, template=template, force=force, discover_tools=not no_discover)
-    out.print(f"wrote {path}")
-    for note in notes:
-        out.print(f"  {note}", markup=False)
-    missing = [n.split("`")[1] for n in notes if n.startswith("no key found for channel `")]
-    if missing:
-        out.print(f"next: store the key with `conduit key set {missing[0]}` (reads stdin), then "
-                  "`conduit sync --dry-run`.")
-    elif any(n.startswith("copied ") for n in notes) or "conduit init" in text.splitlines()[0]:
-        out.print("next: `conduit sync --dry-run` to see what would change.")
-    else:
-        out.print("next: store the key with `conduit key set NAME` (reads stdin), then `conduit sync --dry-run`.")
-    return 0
-
-
 @commands.command("sync")
 def sync_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diffs; write nothing."),
@@ -83,7 +52,8 @@ def sync_cmd(
     """Rewrite every tool's config from the profile (merge, never clobber). Shows a diff per tool."""
     profile = load_profile(state.profile)
     resolver = Resolver(profile)
-    for line in refresh_stale(resolver, tool or list(profile.model.tools), max_age_s=cache_max_age_s()):
+    for line in refresh_stale(resolver, tool or list(profile.model.tools), max_age_s=cache_max_age_s(),
+                              offline=dry_run):  # a dry run makes no network request at all
         err.print(f"[yellow]note[/] {esc(line)}")  # bounded (3 s a channel); the sync goes on without it
     for line in unlisted_models(profile, tool or list(profile.model.tools)):
         err.print(f"[yellow]warning[/] {esc(line)}")
@@ -106,10 +76,11 @@ def routing_note(resolver: Resolver, tools: list[str]) -> str | None:
     d = resolver.routing
     routed = [t for t in tools if resolver.fallback_route(t) is not None]
     route = d.route_for(resolver.profile) if d is not None else None
+    if d is not None and route is None and d.applies_to(resolver.profile) and d.stale():
+        return d.standing()  # a stale decision nobody stands behind: said, and not applied
     if d is None or route is None or not routed:
         return None
-    when = time.strftime("%H:%M:%S", time.localtime(d.since))
-    return (f"fallback since {when} ({d.why}): {', '.join(routed)} use channel `{route.channel}`, model "
+    return (f"{d.standing()} ({d.why}): {', '.join(routed)} use channel `{route.channel}`, model "
             f"`{route.model}` instead of `{resolver.profile.model.channel}` until the agent switches back")
 
 
@@ -202,10 +173,11 @@ def doctor_cmd(
                               "the vLLM state and its prefix-cache hit rate. Exit 0 only when all is healthy."),
     deep: bool = typer.Option(False, "--deep", help="Implies --live. Also send one tiny tool-call request per "
                               "channel and model the tools use (costs a few tokens on a hosted gateway)."),
+    show_all: bool = typer.Option(False, "--all", help="Also list the tools the profile does not manage."),
+    show_diff: bool = typer.Option(False, "--diff", help="Also print what a sync would change, as a diff."),
 ) -> int:
     """Per tool: file found, version, in sync or drifted, higher-precedence overrides, restart needs."""
-    from rich.table import Table  # lazy for start-up speed, like the two below: only this command
-
+    from conduit.daemon.cli.doctorview import print_doctor  # lazy for start-up speed, like the two below
     from conduit.daemon.sync.doctor import doctor as build_doctor
 
     report = build_doctor(state.profile, Env())
@@ -219,24 +191,7 @@ def doctor_cmd(
     if as_json:
         out.print_json(json.dumps(report))
         return 0 if report["ok"] else 1
-    prof = report["profile"]
-    if prof.get("ok"):
-        out.print(f"profile: {esc(str(prof.get('path')))} [green]ok[/]")
-    else:
-        out.print(f"profile: [red]{esc(str(prof.get('error')))}[/]")
-    for notice in prof.get("notices") or ():
-        out.print(f"  [yellow]notice[/] {esc(notice)}", soft_wrap=True)
-    table = Table("tool", "state", "details", show_lines=False)
-    for t in report["tools"].values():
-        details = t.get("message") or t.get("summary")  # the adapter's own line (ToolFacts.summary)
-        table.add_row(t["display"], f"[{_STYLE.get(t['state'], 'white')}]{t['state']}[/]", esc(details or ""))
-    out.print(table)
-    for t in report["tools"].values():
-        if t.get("diff"):
-            out.print(f"[bold]{t['display']}[/] differs from the profile:")
-            print_diff(out, t["diff"])
-    for w in report["warnings"]:
-        out.print(f"[yellow]warning[/] {esc(w)}", soft_wrap=True)
+    print_doctor(out, report, show_all=show_all, show_diff=show_diff)
     if live:
         _print_live(report["live"])
     return 0 if report["ok"] else 1
@@ -291,18 +246,37 @@ def _print_live(live: dict[str, Any]) -> None:
 def use_cmd(
     model: str = typer.Argument(..., help="The model every tool should use."),
     channel: str | None = typer.Option(None, "--channel", help="Also switch every tool to this channel."),
+    small_model: str | None = typer.Option(None, "--small-model", help="Also set the background model (Claude "
+                                           "Code's haiku slot); \"\" removes it, so the tools use MODEL."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing, ask no gateway."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Only edit the profile."),
     no_check: bool = typer.Option(False, "--no-check", help="Do not check MODEL against the channel's model list."),
 ) -> int:
-    """Switch the model (and optionally the channel) in the profile, keeping its comments, then sync."""
+    """Switch the model (and optionally the channel) in the profile, keeping its comments, then sync.
+
+    ``--small-model`` sets the background model too; a background model of another vendor is said, with the
+    choices the channel's cached model list offers."""
+    from conduit.daemon.cli.smallmodel import small_model_advice  # lazy: only `use` reads the model cache
+
+    current = load_profile(state.profile)
+    small = current.model.small_model if small_model is None else small_model
+    advice = small_model_advice(current, model, channel, small or None)
+    if dry_run:
+        out.print(f"would set model = {model} (now {current.model.model})" + (f", channel = {channel}" if channel else "")
+                  + (f", small_model = {small or '(none)'}" if small_model is not None else "")
+                  + f" in {current.path}", markup=False)
+        for line in advice:
+            out.print(f"[yellow]warning[/] {esc(line)}")
+        return 0
     if not no_check:
         from conduit.daemon.cli.models import check_model_name  # lazy: only `use` needs the catalog
 
-        check_model_name(load_profile(state.profile), model, channel)
-    profile, warnings = use_model(state.profile, model, channel)
+        check_model_name(current, model, channel)
+    profile, warnings = use_model(state.profile, model, channel, small_model=small_model)
     out.print(f"profile: model = {profile.model.model}" + (f", channel = {channel}" if channel else "")
+              + (f", small_model = {profile.model.small_model or '(none)'}" if small_model is not None else "")
               + f" ({profile.path})", markup=False)
-    for w in warnings:
+    for w in [*warnings, *advice]:
         out.print(f"[yellow]warning[/] {esc(w)}")
     if no_sync:
         return 0

@@ -49,29 +49,40 @@ def save_profile(path: Path, text: str, *, validate: bool = True) -> LoadedProfi
     return loaded
 
 
-def use_model(path: str | Path | None, model: str, channel: str | None = None) -> tuple[LoadedProfile, list[str]]:
-    """Set the profile's active ``model`` (and ``channel``) with tomlkit, keeping comments and layout.
+def use_model(path: str | Path | None, model: str, channel: str | None = None, *,
+              small_model: str | None = None) -> tuple[LoadedProfile, list[str]]:
+    """Set the profile's active ``model`` (and ``channel``, ``small_model``) with tomlkit, keeping comments and
+    layout.
 
     Args:
         path: the profile file (None: ``CONDUIT_PROFILE`` or the default).
         model: the model id, as the gateway lists it.
         channel: a channel the profile defines, or None to keep the active one.
+        small_model: the background model to set; ``""`` removes ``small_model`` (the tools then use ``model``
+            for background requests too); None leaves it as it is.
     Returns:
         (the saved profile, warnings such as "model not in channels.X.models").
     Raises:
         BadArguments: a model id with whitespace or control characters, or a channel that does not exist.
         ProfileError: unreadable/invalid profile. Nothing is written in either case.
     """
-    try:
-        model = check_model_id(model)
-    except ValueError as exc:
-        raise BadArguments(f"model {model!r}: {exc}", "give the model id exactly as the gateway lists it") from None
+    for what, given in (("model", model), ("--small-model", small_model or None)):
+        try:
+            check_model_id(given) if given is not None else None  # "" as --small-model: remove the key
+        except ValueError as exc:
+            raise BadArguments(f"{what} {given!r}: {exc}", "give the model id exactly as the gateway lists it") from None
+    model = check_model_id(model)
+    small_model = check_model_id(small_model) if small_model else small_model
     loaded = load_profile(path)
     doc = tomlkit.parse(loaded.text)
     if channel is not None:
         require_channel(loaded, channel)
         doc["channel"] = channel
     doc["model"] = model
+    if small_model == "":
+        doc.pop("small_model", None)
+    elif small_model is not None:
+        doc["small_model"] = small_model
     new = save_profile(loaded.path, tomlkit.dumps(doc))
     assert new is not None
     warnings = []

@@ -52,7 +52,12 @@ def resolve_model_dir(model: str | os.PathLike[str], env: Mapping[str, str] | No
     if p.exists():
         raise ModelError(f"{p}: is a file, not a model directory",
                          hint="pass the directory that holds config.json")
-    name = str(model).strip().strip("/")
+    text = str(model).strip()
+    if text.startswith(("/", "~", ".")) or text.count("/") > 1:  # a path, never a Hub name (org/name)
+        raise ModelError(f"model {text!r} not found: the path {p} does not exist",
+                         hint="pass the directory that holds config.json, or a Hugging Face name (org/name) "
+                              "already in the local cache")
+    name = text.strip("/")
     hub = hf_hub_cache_dir(env)
     repo = hub / ("models--" + name.replace("/", "--"))
     snapshots = repo / "snapshots"

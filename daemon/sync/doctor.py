@@ -9,14 +9,17 @@ and when the agent's routing file (``conduit.daemon.config.routing``) is there b
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 from conduit.adapters.base import Adapter, Env, ToolFacts
+from conduit.adapters.declarations import NO_CUSTOM_GATEWAY
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.config.routing import reading_problem
+from conduit.daemon.sync.drift import changed_keys, drift_remedy
 from conduit.daemon.sync.engine import ToolReport, sync
 from conduit.daemon.sync.lock import daemon_activity
 from conduit.daemon.sync.outrank import apply_blockers, blockers_for
@@ -50,6 +53,8 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         adapter's ``ToolFacts.as_dict()``) and ``summary`` (its one line for the table); ``daemon`` has
         ``running``, ``pid``, ``last_sync``, ``profile_error`` and ``stalled_for_s`` (seconds, or None; set when
         the loop is stalled, which also makes ``ok`` False and adds a warning).
+        Also per tool: ``installed`` (``_installed``), ``changed_files`` and ``changed_keys`` (``_sync_state``).
+        ``cannot_use_gateway``: installed tools of ``NO_CUSTOM_GATEWAY`` (see ``_no_gateway_tools``).
     """
     env = env or Env()
     report: dict[str, Any] = {"ok": True, "profile": {}, "tools": {}, "warnings": []}
@@ -72,6 +77,7 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         if profile.model.fallback is not None and resolver is not None and resolver.routing is None \
                 and reading_problem():  # the routing file is there but not a decision (unparseable, too large)
             report["warnings"].append(f"routing: {reading_problem()}")
+        _routing_standing(report, profile, resolver)
         _check_fallback_channel(report, profile, resolver)
     for name, adapter in ADAPTERS.items():
         entry: dict[str, Any] = {"display": adapter.display_name, "managed": name in sync_reports}
@@ -82,11 +88,35 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
             facts = ToolFacts(summary=f"facts unavailable: {type(exc).__name__}",
                               details={"error": f"{type(exc).__name__}: {exc}"})
         entry["facts"] = facts.as_dict()
-        entry["summary"] = facts.summary
+        entry["summary"], entry["installed"] = facts.summary, _installed(adapter, entry["facts"], env)
         report["tools"][name] = entry
         report["warnings"] += facts.override_warnings(name)
+    _no_gateway_tools(report, env)
     _daemon_facts(report, STALL_AFTER_S if stall_after_s is None else stall_after_s)
     return report
+
+
+def _routing_standing(report: dict[str, Any], profile: LoadedProfile, resolver: Resolver | None) -> None:
+    """A ``fallback`` decision for this profile, in words (its date, age, whether an agent stands behind it, and
+    whether it is stale and so not applied: ``RoutingDecision.standing``), as a warning and as ``routing``."""
+    d = resolver.routing if resolver is not None else None
+    if d is None or d.active != "fallback" or not d.applies_to(profile):
+        return
+    report["routing"] = {"active": d.active, "since": d.since, "age_s": round(d.age_s(), 1), "stale": d.stale(),
+                         "why": d.why, "standing": d.standing()}
+    report["warnings"].append(f"routing: {d.standing()} ({d.why})" if not d.stale() else f"routing: {d.standing()}")
+
+
+def _no_gateway_tools(report: dict[str, Any], env: Env) -> None:
+    """Each tool of ``NO_CUSTOM_GATEWAY`` found on ``env``'s ``PATH``: ``report["cannot_use_gateway"]`` (name ->
+    ``{"display", "binary", "why"}``) and one warning line saying it cannot use the profile's gateway."""
+    found: dict[str, dict[str, str]] = {}
+    for tool in NO_CUSTOM_GATEWAY:
+        binary = next((b for b in (shutil.which(n, path=env.environ.get("PATH")) for n in tool.binaries) if b), None)
+        if binary is not None:
+            found[tool.name] = {"display": tool.display_name, "binary": binary, "why": tool.why}
+            report["warnings"].append(f"{tool.display_name} ({binary}) cannot use a custom gateway: {tool.why}")
+    report["cannot_use_gateway"] = found
 
 
 def _check_fallback_channel(report: dict[str, Any], profile: LoadedProfile, resolver: Resolver | None) -> None:
@@ -124,13 +154,29 @@ NOT_OK = ("drifted", "not_synced", "error", "unsupported", "overridden", "untrus
 
 
 def _sync_state(entry: dict[str, Any], tr: ToolReport, adapter: Adapter) -> None:
-    """A managed tool's ``state``, ``diff``, ``message`` and ``restart_hint`` from its dry-run sync report."""
+    """A managed tool's ``state``, ``diff``, ``message``, ``restart_hint``, and the files and key names a sync
+    would change (``changed_files``, ``changed_keys``: ``conduit.daemon.sync.drift.changed_keys``), from its
+    dry-run sync report."""
     entry["state"] = _STATE.get(tr.status, tr.status)
     if tr.status == "changed" and all(r.diff.startswith("--- /dev/null") for r in tr.results if r.changed):
         entry["state"] = "not_synced"  # files conduit would create: never synced yet, not drifted
     entry["diff"] = "\n".join(r.diff for r in tr.results if r.diff)
+    entry["changed_files"] = [str(r.path) for r in tr.results if r.changed]
+    entry["changed_keys"] = changed_keys(entry["diff"])
     entry["message"] = tr.message
     entry["restart_hint"] = adapter.restart_hint
+
+
+def _installed(adapter: Adapter, facts: dict[str, Any], env: Env) -> bool | None:
+    """False when the tool's command is absent: its facts report no version and none of its package's commands
+    is on ``env``'s ``PATH``; None when that cannot be told (no package declared, or no version fact), else True.
+    Doctor then says "not installed" rather than "version unknown", and gives no restart advice."""
+    package = getattr(adapter, "package", None)
+    if package is None or "version" not in facts:
+        return None
+    if facts["version"] is not None:
+        return True
+    return any(shutil.which(c, path=env.environ.get("PATH")) for c in package.commands)
 
 
 def _daemon_facts(report: dict[str, Any], stall_after_s: float) -> None:
@@ -158,9 +204,11 @@ def _daemon_facts(report: dict[str, Any], stall_after_s: float) -> None:
         entry["restart_needed"] = facts.restart_needed
         entry["drift"] = facts.drift
         if facts.drift:
-            report["warnings"].append(f"{name}: an owned key was changed behind conduit's back at "
-                                      f"{facts.drift.get('detected_at')} (on_drift = {facts.drift.get('policy')})")
-        if facts.restart_needed and facts.last_change_at:
+            keys = changed_keys(str(facts.drift.get("diff") or ""))
+            report["warnings"].append(f"{name}: {', '.join(keys) or 'an owned key'} changed behind conduit's back "
+                                      f"at {facts.drift.get('detected_at')}; "
+                                      f"{drift_remedy(str(facts.drift.get('policy')))}")
+        if facts.restart_needed and facts.last_change_at and entry.get("installed") is not False:
             shown = ADAPTERS[name].display_name if name in ADAPTERS else name
             report["warnings"].append(f"{shown}: conduit last changed its settings at {facts.last_change_at}; a "
                                       f"session started before then still has the old ones: {facts.restart_hint}")

@@ -94,7 +94,7 @@ def test_x_api_key_sets_meta(temp_home: Path) -> None:
 def test_missing_store_is_never_created(temp_home: Path) -> None:
     write_profile(temp_home, tools=("cc_switch",))
     (t,) = run_sync(temp_home).tools
-    assert t.status == "not_found" and "never creates" in (t.message or "")
+    assert t.status == "not_found" and "never creates" in (t.detail or "")
     assert not (temp_home / ".cc-switch").exists()
 
 

@@ -83,7 +83,7 @@ def test_cline_data_dir_variables(temp_home: Path, monkeypatch) -> None:
 def test_not_installed_is_reported_not_created(temp_home: Path) -> None:
     write_profile(temp_home, tools=("cline",))
     (report,) = run_sync(temp_home).tools
-    assert report.status == "not_found" and "generation" in (report.message or "")
+    assert report.status == "not_found" and "generation" in (report.detail or "")
     assert not (temp_home / ".cline").exists()
 
 

@@ -77,7 +77,7 @@ def test_tools_come_from_the_sync_state_file(temp_home: Path) -> None:
     (state / "sync.json").write_text(json.dumps({"tools": {"claude_code": {"state": "in_sync"}}, "at": 1}))
     with AgentProc(temp_home) as agent:
         body = agent.wait_for("/v1/tools", lambda b: b.get("tools"))
-        assert body["tools"] == {"claude_code": {"state": "in_sync"}}
+        assert body["tools"] == {"claude_code": {"state": "in_sync", "display": "Claude Code"}}
         (state / "sync.json").write_text("{not json")
         body = agent.wait_for("/v1/tools", lambda b: "cannot read" in (b.get("note") or ""))
         assert body["tools"] == {}

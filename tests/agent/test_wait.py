@@ -56,7 +56,7 @@ def test_agent_down_exits_2(temp_home: Path) -> None:
     d = short_dir()
     try:
         env = dict(os.environ, HOME=str(temp_home), CONDUIT_AGENT_SOCKET=str(d / "none.sock"))
-        out = run_wait(env, "--vram-free", "1GiB", "--timeout", "5s")
+        out = run_wait(env, "--vram-free", "1GiB", "--timeout", "1s")
         assert out.returncode == 2 and "does not answer" in out.stderr and "Traceback" not in out.stderr
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -142,6 +142,37 @@ def test_wait_until_with_a_fetch_function() -> None:
     def down() -> dict[str, Any]:
         raise AgentUnreachable("the conduit agent does not answer")
 
-    assert wait_until(Conditions(vllm_ready=True), 10, down, sleep=lambda s: None)[0] == 2
+    assert wait_until(Conditions(vllm_ready=True), 0, down, sleep=lambda s: None)[0] == 2
+
+
+def test_wait_waits_for_an_agent_that_is_still_starting() -> None:
+    """`conduit agent & conduit wait --vllm-ready --timeout 20s`: the agent's socket is not there yet on the first
+    tries; wait keeps polling within its timeout instead of exiting 2 at once."""
+    answers: list[Any] = [AgentUnreachable("no socket yet"), AgentUnreachable("no socket yet"),
+                          status_body([], vllm="starting"), status_body([], vllm="ready")]
+    slept: list[float] = []
+
+    def fetch() -> dict[str, Any]:
+        got = answers.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    assert wait_until(Conditions(vllm_ready=True), 20, fetch, poll_s=0.5, sleep=slept.append) == (0, "ready")
+    assert len(slept) == 3
+    clock = iter(range(0, 1000, 10))  # an agent that never comes: 2 only once the deadline passed
+    import time as _time
+
+    real = _time.monotonic
+    _time.monotonic = lambda: float(next(clock))  # type: ignore[assignment]
+    try:
+        code, line = wait_until(Conditions(vllm_ready=True), 25, down_forever, sleep=lambda s: None)
+    finally:
+        _time.monotonic = real  # type: ignore[assignment]
+    assert code == 2 and "does not answer" in line
+
+
+def down_forever() -> dict[str, Any]:
+    raise AgentUnreachable("the conduit agent does not answer")
     code, line = wait_until(Conditions(vllm_ready=True), 0, lambda: status_body([], vllm="starting"))
     assert code == 1 and "vLLM is not ready" in line

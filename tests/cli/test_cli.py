@@ -28,16 +28,18 @@ def no_traceback(r: subprocess.CompletedProcess[str]) -> None:
 
 
 def snapshot(home: Path) -> dict[Path, bytes]:
-    """Every file under HOME but conduit's own state file (which records the failed sync, by design)."""
-    state = home / ".local" / "state" / "conduit" / "sync.json"
-    return {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and p != state}
+    """Every file under HOME but conduit's own state files (the state file records the failed sync, and the
+    contacts record the host a key was sent to, by design)."""
+    state = home / ".local" / "state" / "conduit"
+    own = {state / "sync.json", state / "contacts.json"}
+    return {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and p not in own}
 
 
 def test_init_key_set_sync_doctor_use_restore(temp_home: Path) -> None:
     claude_settings(temp_home, {"permissions": {"allow": ["Bash"]}})
     cline_gen_c(temp_home)
     cc_switch_db(temp_home)
-    r = conduit(temp_home, "init", "--no-discover")
+    r = conduit(temp_home, "init", "--no-discover", "--base-url", "https://taotoken.net/api", "--channel", "taotoken")
     assert r.returncode == 0, r.stderr
     profile = temp_home / ".config" / "conduit" / "profile.toml"
     assert profile.exists()

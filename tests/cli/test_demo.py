@@ -17,3 +17,8 @@ def test_demo_runs_end_to_end(temp_home: Path) -> None:
     assert "sk-demo-second-key-91ab" not in out.replace("printf 'sk-demo-second-key-91ab", "")
     assert "live: healthy" in out and "demo finished" in out
     assert not list(temp_home.iterdir())  # the demo never touches the real HOME
+    heads = [line for line in out.splitlines() if line.startswith("--- ")]
+    assert heads and len(heads) == len(set(heads)), heads  # each diff shown once
+    warnings = [line for line in out.splitlines() if line.startswith("warning")]
+    assert "stand-in" in out and not [w for w in warnings if "127.0.0.1" in w or "models channel" in w], warnings
+    assert len(out.splitlines()) <= 95, len(out.splitlines())
