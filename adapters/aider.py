@@ -33,11 +33,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
     NotFound,
@@ -69,17 +70,6 @@ ENV_OVERRIDES = {"openai-api-base": "AIDER_OPENAI_API_BASE", "model": "AIDER_MOD
                  "openai-api-key": "AIDER_OPENAI_API_KEY", "weak-model": "AIDER_WEAK_MODEL"}
 
 
-class AiderOptions(BaseModel):
-    """``[tools.aider]`` options.
-
-    Attributes:
-        create: write ``~/.aider.conf.yml`` even when Aider is not found (no file, not on PATH).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
-
-
 def conf_path(env: Env) -> Path:
     """``~/.aider.conf.yml``."""
     return env.home / ".aider.conf.yml"
@@ -104,7 +94,7 @@ class Aider(AdapterDefaults):
                                              "~/.aider.model.metadata.json: openai/<model> (conduit's keys; the "
                                              "person's values come back when unknown)")
     restart_hint: ClassVar[str | None] = "restart Aider: it reads its configuration at start-up"
-    Options: ClassVar[type[BaseModel]] = AiderOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = tuple(ENV_OVERRIDES.values())
 
     # AIDER_<OPTION> sets any option (aider/args.py, configargparse auto_env_var_prefix "AIDER_").
@@ -130,7 +120,7 @@ class Aider(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One YAML target with the owned keys; everything else in the file is kept."""
-        opts = settings.options_as(AiderOptions)
+        opts = settings.options_as(CreateOptions)
         path = conf_path(env)
         if not (path.exists() or (env.home / ".aider").is_dir() or shutil.which("aider") or opts.create):
             raise NotFound(f"Aider not found: no {path}, no ~/.aider and no `aider` on PATH; install Aider, or "
@@ -276,11 +266,7 @@ def _metadata_target(env: Env, settings: ToolSettings) -> Target:
                 continue  # not an entry litellm reads: left as it is
             new = dict(got or {})
             for sub, value in subs.items():
-                settled = ledger.settle(path, f"{entry}.{sub}", new.get(sub, ABSENT), value)
-                if settled is ABSENT:
-                    new.pop(sub, None)
-                else:
-                    new[sub] = settled
+                ledger.settle_key(path, new, sub, value, f"{entry}.{sub}")
             if new:
                 doc[entry] = new
             elif got:
@@ -315,4 +301,4 @@ def _effective(key: str, var: str, env: Env, dotenvs: dict[Path, dict[str, str]]
                      False, "conduit's ~/.aider.conf.yml" if key in doc else "not set")
 
 
-__all__ = ["Aider", "AiderOptions", "conf_path", "metadata_path"]
+__all__ = ["Aider", "conf_path", "metadata_path"]

@@ -23,8 +23,8 @@ from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, T
 from conduit.adapters.limits import LimitLedger
 
 __all__ = [
-    "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "Effective", "Env", "NoOptions",
-    "FROM_CONDUIT", "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "TakeCurrent", "Target", "TextTarget", "ToolFacts",
+    "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "CreateOptions", "Effective", "Env",
+    "NoOptions", "FROM_CONDUIT", "NotFound", "Proposal", "Protocol_", "Root", "SqliteTarget", "TakeCurrent", "Target", "TextTarget", "ToolFacts",
     "ToolSettings", "Unsupported",
 ]
 
@@ -50,6 +50,17 @@ class NoOptions(BaseModel):
     """Options model for a tool with no options of its own."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class CreateOptions(BaseModel):
+    """Options of a tool whose only option is ``create`` (a tool with more options subclasses it).
+
+    Attributes:
+        create: write the tool's files even when the tool is not found (its directory does not exist yet).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,8 +170,12 @@ class Env:
 
     def config_home(self) -> Path:
         """``$XDG_CONFIG_HOME``, else ``~/.config`` (where conduit's own config lives on Linux)."""
-        xdg = self.get("XDG_CONFIG_HOME")
-        return Path(xdg).expanduser() if xdg else self.home / ".config"
+        return self.path_from("XDG_CONFIG_HOME", self.home / ".config")
+
+    def path_from(self, name: str, default: Path) -> Path:
+        """The path (a tool's directory or file) variable ``name`` points at, ``~`` expanded; else ``default``."""
+        value = self.get(name)
+        return Path(value).expanduser() if value else default
 
     def get(self, name: str) -> str | None:
         """An environment variable, stripped; None when unset or blank."""
@@ -340,6 +355,8 @@ class AdapterDefaults:
     """Shared defaults an adapter class points at, so each shows only how its tool differs: no options, no variables, no hot reload
     hint, nothing to discover, no client view. Each adapter overrides only how its tool differs."""
 
+    name: ClassVar[str]
+    display_name: ClassVar[str]
     restart_hint: ClassVar[str | None] = None
     Options: ClassVar[type[BaseModel]] = NoOptions
     env_vars: ClassVar[tuple[str, ...]] = ()
@@ -348,6 +365,14 @@ class AdapterDefaults:
     keeps_user_choice: ClassVar[bool] = False
     verify_env: ClassVar[Mapping[str, str]] = {}
     configured_by: ClassVar[ConfiguredBy] = "files"
+
+    def require_dir(self, d: Path, create: bool, install: str | None = None, missing: str | None = None) -> None:
+        """For ``plan``: raise ``NotFound`` when the tool's directory ``d`` does not exist and its ``create`` option
+        is off. The message names what is ``missing`` and what to ``install`` (default: the tool, both)."""
+        if not d.is_dir() and not create:
+            what = missing or self.display_name
+            raise NotFound(f"{what} not found: no {d}; install {install or what}, or set [tools.{self.name}] "
+                           "create = true")
 
     def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
         """No variables: the tool is configured by its files."""

@@ -210,8 +210,7 @@ class ClaudeCode(AdapterDefaults):
     @staticmethod
     def settings_path(env: Env) -> Path:
         """``$CLAUDE_CONFIG_DIR/settings.json`` or ``~/.claude/settings.json``."""
-        base = env.get("CLAUDE_CONFIG_DIR")
-        return (Path(base).expanduser() if base else env.home / ".claude") / "settings.json"
+        return env.path_from("CLAUDE_CONFIG_DIR", env.home / ".claude") / "settings.json"
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One JSON target: merge the owned ``env`` entries into settings.json, keep everything else."""

@@ -52,7 +52,7 @@ from conduit.adapters.declarations import (
     Package,
 )
 from conduit.adapters.formats.jsonfile import as_object, json_target, read_json_quietly
-from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.limits import LimitLedger
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "openai-compatible"
@@ -82,8 +82,7 @@ def data_dir(env: Env) -> Path:
 
 def providers_path(env: Env) -> Path:
     """Generation C's providers.json (``$CLINE_PROVIDER_SETTINGS_PATH`` wins)."""
-    override = env.get("CLINE_PROVIDER_SETTINGS_PATH")
-    return Path(override).expanduser() if override else data_dir(env) / "settings" / "providers.json"
+    return env.path_from("CLINE_PROVIDER_SETTINGS_PATH", data_dir(env) / "settings" / "providers.json")
 
 
 def _vscode_state_dbs(env: Env) -> list[Path]:
@@ -130,11 +129,7 @@ def _merged_limits(old: dict[str, Any], settings: ToolSettings, ledger: LimitLed
     person or Cline's own settings window set stays (``conduit.adapters.limits``). Other keys kept, in order."""
     new = dict(old)
     for key, wanted in zip(_LIMIT_KEYS, (settings.context_window, settings.max_output_tokens), strict=True):
-        value = ledger.settle(path, f"{where}.{key}", new.get(key, ABSENT), wanted)
-        if value is ABSENT:
-            new.pop(key, None)
-        else:
-            new[key] = value
+        ledger.settle_key(path, new, key, wanted, f"{where}.{key}")
     return new
 
 

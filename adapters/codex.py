@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import tomlkit
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -57,10 +57,15 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
-from conduit.adapters.formats.textformats import dotenv_target, parse_toml, read_dotenv, toml_target
+from conduit.adapters.formats.textformats import (
+    dotenv_target,
+    read_dotenv,
+    read_parsed,
+    toml_data,
+    toml_target,
+)
 from conduit.adapters.formats.versions import at_least, installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "conduit"
@@ -75,7 +80,7 @@ is 0.97.0 (OpenRouterLabs/spawn PR #1608, 2026-02-21: ``wire_api = "responses"``
 >=0.97.0"). Observed again with 0.171.0 (docs/formats/real-tools.md)."""
 
 
-class CodexOptions(BaseModel):
+class CodexOptions(CreateOptions):
     """``[tools.codex]`` options.
 
     Attributes:
@@ -83,19 +88,15 @@ class CodexOptions(BaseModel):
             versions before the chat wire API was removed).
         key_method: ``dotenv`` (``env_key`` + ``$CODEX_HOME/.env``) or ``inline``
             (``experimental_bearer_token`` in config.toml).
-        create: write config.toml even when ``$CODEX_HOME`` does not exist yet.
     """
 
-    model_config = ConfigDict(extra="forbid")
     wire_api: Literal["responses", "chat"] = "responses"
     key_method: Literal["dotenv", "inline"] = "dotenv"
-    create: bool = False
 
 
 def codex_home(env: Env) -> Path:
     """``$CODEX_HOME`` or ``~/.codex``."""
-    base = env.get("CODEX_HOME")
-    return Path(base).expanduser() if base else env.home / ".codex"
+    return env.path_from("CODEX_HOME", env.home / ".codex")
 
 
 def _set_root(doc: tomlkit.TOMLDocument, key: str, value: str | int) -> None:
@@ -147,8 +148,7 @@ class Codex(AdapterDefaults):
         """Targets: config.toml (provider table, model, model_provider) and, for ``dotenv``, the key in .env."""
         opts = settings.options_as(CodexOptions)
         home = codex_home(env)
-        if not home.is_dir() and not opts.create:
-            raise NotFound(f"Codex CLI not found: no {home}; install Codex, or set [tools.codex] create = true")
+        self.require_dir(home, opts.create, "Codex")
         key = settings.key_or_placeholder
         inline = opts.key_method == "inline"
         wire = opts.wire_api
@@ -309,12 +309,7 @@ def _refused(doc: dict[str, Any], path: Path, version: str | None) -> list[Block
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], str | None]:
     """A TOML file as plain data and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_toml(path.read_text(encoding="utf-8"), path=path).unwrap(), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, toml_data)
 
 
 def _read_env(path: Path) -> dict[str, str]:

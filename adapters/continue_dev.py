@@ -23,13 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -47,28 +47,16 @@ from conduit.adapters.declarations import (
     Package,
 )
 from conduit.adapters.formats.textformats import parse_yaml, yaml_target
-from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.limits import LimitLedger
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 ENTRY_NAME = "conduit"
 
 
-class ContinueOptions(BaseModel):
-    """``[tools.continue]`` options.
-
-    Attributes:
-        create: write config.yaml even when ``~/.continue`` does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
-
-
 def continue_dir(env: Env) -> Path:
     """``$CONTINUE_GLOBAL_DIR`` or ``~/.continue``."""
-    base = env.get("CONTINUE_GLOBAL_DIR")
-    return Path(base).expanduser() if base else env.home / ".continue"
+    return env.path_from("CONTINUE_GLOBAL_DIR", env.home / ".continue")
 
 
 class Continue(AdapterDefaults):
@@ -82,7 +70,7 @@ class Continue(AdapterDefaults):
                                              "models[name=conduit].defaultCompletionOptions.{contextLength,maxTokens} "
                                              "(while conduit's: a value the person set is kept)",)
     restart_hint: ClassVar[str | None] = None  # Continue reloads config.yaml when it changes
-    Options: ClassVar[type[BaseModel]] = ContinueOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CONTINUE_GLOBAL_DIR",)
 
     one_shot: ClassVar[OneShot | None] = OneShot(("cn",), ("-p",))
@@ -99,11 +87,10 @@ class Continue(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One YAML target: upsert the ``conduit`` model entry, keep every other entry, key and comment."""
-        opts = settings.options_as(ContinueOptions)
+        opts = settings.options_as(CreateOptions)
         d = continue_dir(env)
         path = d / "config.yaml"
-        if not d.is_dir() and not opts.create:
-            raise NotFound(f"Continue not found: no {d}; install Continue, or set [tools.continue] create = true")
+        self.require_dir(d, opts.create)
         if not path.exists() and (d / "config.json").exists():
             raise Unsupported(f"{d / 'config.json'} is Continue's deprecated JSON config; let Continue migrate "
                               "it to config.yaml (or create config.yaml), then sync again")
@@ -172,12 +159,8 @@ def _set_limits(entry: Any, settings: ToolSettings, ledger: LimitLedger, path: P
 
         opts = CommentedMap()
     for key, wanted in (("contextLength", settings.context_window), ("maxTokens", settings.max_output_tokens)):
-        value = ledger.settle(path, f"models[name=conduit].defaultCompletionOptions.{key}", opts.get(key, ABSENT),
-                              wanted)
-        if value is ABSENT:
-            opts.pop(key, None)
-        elif opts.get(key, ABSENT) != value:
-            opts[key] = value
+        ledger.settle_key(path, opts, key, wanted, f"models[name=conduit].defaultCompletionOptions.{key}",
+                          keep_equal=True)
     if opts and "defaultCompletionOptions" not in entry:
         entry["defaultCompletionOptions"] = opts
     elif not opts and had_opts:
@@ -200,4 +183,4 @@ def _entry(models: list[Any]) -> dict[str, Any] | None:
     return next((m for m in models if isinstance(m, dict) and m.get("name") == ENTRY_NAME), None)
 
 
-__all__ = ["Continue", "ContinueOptions", "continue_dir"]
+__all__ = ["Continue", "continue_dir"]

@@ -32,14 +32,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     Blocker,
     ClientView,
+    CreateOptions,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -49,7 +49,7 @@ from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing
 from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
 from conduit.adapters.formats.masking import shown
 from conduit.adapters.formats.versions import installed_version
-from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.limits import LimitLedger
 
 PROVIDER_ID = "conduit"
 BINARIES = ("crush",)
@@ -58,21 +58,9 @@ LIMIT_KEYS = {"context_window": "context_window", "default_max_tokens": "max_out
 """A model entry's limit key -> the ``ToolSettings`` attribute it is written from."""
 
 
-class CrushOptions(BaseModel):
-    """``[tools.crush]`` options.
-
-    Attributes:
-        create: write ``crush.json`` even when Crush's config directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
-
-
 def config_file(env: Env) -> Path:
     """The global ``crush.json``: in ``$CRUSH_GLOBAL_CONFIG``, else ``<XDG config>/crush``."""
-    d = env.get("CRUSH_GLOBAL_CONFIG")
-    return (Path(d).expanduser() if d else env.config_home() / "crush") / "crush.json"
+    return env.path_from("CRUSH_GLOBAL_CONFIG", env.config_home() / "crush") / "crush.json"
 
 
 def data_file(env: Env) -> Path:
@@ -81,8 +69,7 @@ def data_file(env: Env) -> Path:
     d = env.get("CRUSH_GLOBAL_DATA")
     if d:
         return Path(d).expanduser() / "crush.json"
-    xdg = env.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else env.home / ".local" / "share") / "crush" / "crush.json"
+    return env.path_from("XDG_DATA_HOME", env.home / ".local" / "share") / "crush" / "crush.json"
 
 
 class Crush(AdapterDefaults):
@@ -97,7 +84,7 @@ class Crush(AdapterDefaults):
         "default_max_tokens}), models.large and models.small (model, provider)",
     )
     restart_hint: ClassVar[str | None] = "restart Crush: it reads its config at start-up"
-    Options: ClassVar[type[BaseModel]] = CrushOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CRUSH_GLOBAL_CONFIG", "CRUSH_GLOBAL_DATA", "XDG_CONFIG_HOME",
                                            "XDG_DATA_HOME")
 
@@ -123,10 +110,9 @@ class Crush(AdapterDefaults):
         Raises:
             NotFound: no Crush config directory and ``create`` is off.
         """
-        opts = settings.options_as(CrushOptions)
+        opts = settings.options_as(CreateOptions)
         path = config_file(env)
-        if not path.parent.is_dir() and not opts.create:
-            raise NotFound(f"Crush not found: no {path.parent}; install Crush, or set [tools.crush] create = true")
+        self.require_dir(path.parent, opts.create)
         ledger = settings.limits or LimitLedger()
 
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
@@ -150,12 +136,11 @@ class Crush(AdapterDefaults):
         path = config_file(env)
         doc, error = read_json_quietly(path)
         provider = _provider(doc, PROVIDER_ID)
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": {"base_url": provider.get("base_url"), "type": provider.get("type"),
-                             "api_key": shown(provider.get("api_key"), secret=True),
-                             "models": doc.get("models")},
-                   "version": installed_version(BINARIES), "format": "documented only (no binary verified here)"}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details)
+        owned = {"base_url": provider.get("base_url"), "type": provider.get("type"),
+                 "api_key": shown(provider.get("api_key"), secret=True),
+                 "models": doc.get("models")}
+        return ToolFacts.of_file(path, error, owned, installed_version(BINARIES),
+                                 format="documented only (no binary verified here)")
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Crush sends for ``models.large``: its provider's ``base_url`` + ``/chat/completions`` with its
@@ -220,11 +205,7 @@ def _models(provider: dict[str, Any], settings: ToolSettings, ledger: LimitLedge
         entry.setdefault("name", model)
         if model == settings.model:
             for key, attr in LIMIT_KEYS.items():
-                value = ledger.settle(path, f"{model}.{key}", entry.get(key, ABSENT), getattr(settings, attr))
-                if value is ABSENT:
-                    entry.pop(key, None)
-                else:
-                    entry[key] = value
+                ledger.settle_key(path, entry, key, getattr(settings, attr), f"{model}.{key}")
         if at is None:
             models.append(entry)
         else:
@@ -232,4 +213,4 @@ def _models(provider: dict[str, Any], settings: ToolSettings, ledger: LimitLedge
     return models
 
 
-__all__ = ["Crush", "CrushOptions", "config_file", "data_file"]
+__all__ = ["Crush", "config_file", "data_file"]

@@ -35,14 +35,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     Blocker,
     ClientView,
+    CreateOptions,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -63,24 +63,20 @@ OWNED = ("id", "model", "displayName", "baseUrl", "apiKey", "provider", "maxOutp
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class DroidOptions(BaseModel):
+class DroidOptions(CreateOptions):
     """``[tools.droid]`` options.
 
     Attributes:
         key_source: ``file`` (the key in ``settings.json``, kept 0600) or ``env`` (``${CONDUIT_API_KEY}``:
             export it yourself).
-        create: write ``settings.json`` even when ``~/.factory`` does not exist yet.
     """
 
-    model_config = ConfigDict(extra="forbid")
     key_source: Literal["file", "env"] = "file"
-    create: bool = False
 
 
 def factory_dir(env: Env) -> Path:
     """``$FACTORY_HOME_OVERRIDE/.factory`` or ``~/.factory``."""
-    home = env.get("FACTORY_HOME_OVERRIDE")
-    return (Path(home).expanduser() if home else env.home) / ".factory"
+    return env.path_from("FACTORY_HOME_OVERRIDE", env.home) / ".factory"
 
 
 def settings_file(env: Env) -> Path:
@@ -240,9 +236,7 @@ class Droid(AdapterDefaults):
         """One target: ``settings.json`` (0600 while it holds the key)."""
         opts = settings.options_as(DroidOptions)
         path = settings_file(env)
-        if not path.parent.is_dir() and not opts.create:
-            raise NotFound(f"Factory Droid not found: no {path.parent}; install Droid, or set [tools.droid] "
-                           "create = true")
+        self.require_dir(path.parent, opts.create, "Droid")
         api_key = settings.key_or_placeholder if opts.key_source == "file" else f"${{{KEY_VAR}}}"
         target = jsonc_target(path, lambda doc: [], secret_keys=("apiKey",), label=path.name)  # for its mask
         return [dataclasses.replace(target, render=lambda text: render_settings(text, settings, api_key, path))]
@@ -253,13 +247,11 @@ class Droid(AdapterDefaults):
         doc, error = read_config(path)
         entry = _conduit_entry(doc)
         key = entry.get("apiKey")
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": {"baseUrl": entry.get("baseUrl"), "model": entry.get("model"),
-                             "apiKey": key if isinstance(key, str) and _VAR.fullmatch(key) else
-                             ("(literal key)" if key else None),
-                             "sessionDefaultSettings.model": selected_model(doc)},
-                   "version": tool_version("droid")}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details)
+        owned = {"baseUrl": entry.get("baseUrl"), "model": entry.get("model"),
+                 "apiKey": key if isinstance(key, str) and _VAR.fullmatch(key) else
+                 ("(literal key)" if key else None),
+                 "sessionDefaultSettings.model": selected_model(doc)}
+        return ToolFacts.of_file(path, error, owned, tool_version("droid"))
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Droid sends for its selected custom model: ``baseUrl + "/chat/completions"`` with ``apiKey``

@@ -59,6 +59,15 @@ class ToolFacts:
     effective: Mapping[str, Effective] | None = None
     warnings: tuple[str, ...] = ()
 
+    @classmethod
+    def of_file(cls, path: Path, error: str | None, owned: Mapping[str, Any], version: str | None,
+                effective: Mapping[str, Effective] | None = None, **extra: Any) -> ToolFacts:
+        """The facts of a tool set up by one file: ``file``, ``exists``, ``parse_error`` (``error``), ``owned``,
+        ``version`` and ``extra`` details, summarized as the file found or missing."""
+        details = {"file": str(path), "exists": path.exists(), "parse_error": error, "owned": owned,
+                   "version": version, **extra}
+        return cls(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details, effective=effective)
+
     def as_dict(self) -> dict[str, Any]:
         """The facts as ``conduit doctor --json`` shows them: the details, plus ``effective`` when reported."""
         out = dict(self.details)

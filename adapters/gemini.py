@@ -31,13 +31,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from conduit.adapters.base import (
     AdapterDefaults,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -60,17 +60,14 @@ SECRETS = ("GEMINI_API_KEY",)
 AUTH_TYPE = "gemini-api-key"
 
 
-class GeminiOptions(BaseModel):
+class GeminiOptions(CreateOptions):
     """``[tools.gemini]`` options.
 
     Attributes:
-        create: write the files even when ``~/.gemini`` does not exist yet.
         trust: folders (absolute, or starting with ``~``) to add to ``trustedFolders.json`` as ``TRUST_FOLDER``
             (each folder and everything below it); the user's own entries are never removed or changed.
     """
 
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
     trust: list[str] = Field(default_factory=list)
 
     @field_validator("trust")
@@ -86,8 +83,7 @@ class GeminiOptions(BaseModel):
 
 def gemini_dir(env: Env) -> Path:
     """``$GEMINI_CLI_HOME/.gemini`` or ``~/.gemini``."""
-    base = env.get("GEMINI_CLI_HOME")
-    return (Path(base).expanduser() if base else env.home) / ".gemini"
+    return env.path_from("GEMINI_CLI_HOME", env.home) / ".gemini"
 
 
 def env_file_used(env: Env) -> Path | None:
@@ -143,8 +139,7 @@ class Gemini(AdapterDefaults):
         """Targets: the three variables in ``.gemini/.env``; the auth type in ``settings.json`` (JSONC kept)."""
         opts = settings.options_as(GeminiOptions)
         d = gemini_dir(env)
-        if not d.is_dir() and not opts.create:
-            raise NotFound(f"Gemini CLI not found: no {d}; install Gemini CLI, or set [tools.gemini] create = true")
+        self.require_dir(d, opts.create)
         wanted = {"GOOGLE_GEMINI_BASE_URL": settings.root.url,
                   "GEMINI_API_KEY": settings.key_or_placeholder,
                   "GEMINI_MODEL": settings.model}

@@ -32,37 +32,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     Blocker,
     ClientView,
+    CreateOptions,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
     ToolSettings,
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
-from conduit.adapters.formats.textformats import parse_yaml, yaml_target
+from conduit.adapters.formats.textformats import parse_yaml, read_parsed, yaml_target
 from conduit.adapters.formats.versions import installed_version
-from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 CHAT_PATH = "chat/completions"
-
-
-class GooseOptions(BaseModel):
-    """``[tools.goose]`` options.
-
-    Attributes:
-        create: write ``config.yaml`` and ``secrets.yaml`` even when Goose's config directory does not exist.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
 
 
 def config_dir(env: Env) -> Path:
@@ -85,7 +73,7 @@ class Goose(AdapterDefaults):
         "secrets.yaml: OPENAI_API_KEY (read when GOOSE_DISABLE_KEYRING is set or no keyring answers)",
     )
     restart_hint: ClassVar[str | None] = "start a new Goose session: it reads its config when a session starts"
-    Options: ClassVar[type[BaseModel]] = GooseOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("GOOSE_PATH_ROOT", "XDG_CONFIG_HOME", "GOOSE_DISABLE_KEYRING",
                                            "GOOSE_PROVIDER", "GOOSE_MODEL", "OPENAI_HOST", "OPENAI_BASE_PATH",
                                            "OPENAI_API_KEY")
@@ -107,8 +95,7 @@ class Goose(AdapterDefaults):
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Two YAML targets: the provider keys in ``config.yaml``, the key in ``secrets.yaml`` (0600)."""
         d = config_dir(env)
-        if not d.is_dir() and not settings.options_as(GooseOptions).create:
-            raise NotFound(f"Goose not found: no {d}; install Goose, or set [tools.goose] create = true")
+        self.require_dir(d, settings.options_as(CreateOptions).create)
         owned = {"GOOSE_PROVIDER": "openai", "GOOSE_MODEL": settings.model, "OPENAI_HOST": settings.root.url,
                  "OPENAI_BASE_PATH": f"{settings.root.version}/{CHAT_PATH}"}
         secret = {"OPENAI_API_KEY": settings.key_or_placeholder}
@@ -174,12 +161,8 @@ def _setter(owned: Mapping[str, str]) -> Any:
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """A YAML mapping and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return dict(parse_yaml(path.read_text(encoding="utf-8"), path=path)), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    doc, error = read_parsed(path, parse_yaml)
+    return dict(doc) if error is None else doc, error
 
 
-__all__ = ["Goose", "GooseOptions", "config_dir"]
+__all__ = ["Goose", "config_dir"]

@@ -32,14 +32,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -54,9 +54,9 @@ from conduit.adapters.declarations import (
     Package,
     read_env_quietly,
 )
-from conduit.adapters.formats.textformats import dotenv_target, parse_yaml, yaml_target
+from conduit.adapters.formats.textformats import dotenv_target, parse_yaml, read_parsed, yaml_target
 from conduit.adapters.formats.versions import installed_version
-from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.limits import LimitLedger
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -72,21 +72,9 @@ MINIMUM_CONTEXT = 64_000
 seen with the binary ("below the minimum 64,000 required by Hermes Agent"); conduit's sync says so."""
 
 
-class HermesOptions(BaseModel):
-    """``[tools.hermes]`` options.
-
-    Attributes:
-        create: write config.yaml and .env even when Hermes's directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
-
-
 def hermes_home(env: Env) -> Path:
     """``$HERMES_HOME`` or ``~/.hermes``."""
-    base = env.get("HERMES_HOME")
-    return Path(base).expanduser() if base else env.home / ".hermes"
+    return env.path_from("HERMES_HOME", env.home / ".hermes")
 
 
 class Hermes(AdapterDefaults):
@@ -102,7 +90,7 @@ class Hermes(AdapterDefaults):
         f".env: {KEY_VAR}",
     )
     restart_hint: ClassVar[str | None] = "start a new Hermes session: it reads config.yaml and .env at start-up"
-    Options: ClassVar[type[BaseModel]] = HermesOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("HERMES_HOME", "HERMES_INFERENCE_MODEL")
 
     one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("-z",), timeout_s=150.0)
@@ -119,10 +107,9 @@ class Hermes(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: config.yaml (``providers.conduit``, ``model``) and the key in .env."""
-        opts = settings.options_as(HermesOptions)
+        opts = settings.options_as(CreateOptions)
         home = hermes_home(env)
-        if not home.is_dir() and not opts.create:
-            raise NotFound(f"Hermes Agent not found: no {home}; install Hermes, or set [tools.hermes] create = true")
+        self.require_dir(home, opts.create, "Hermes")
         path = home / "config.yaml"
         ledger = settings.limits or LimitLedger()
         provider = {"name": PROVIDER_ID, "base_url": settings.root.openai_base(), "key_env": KEY_VAR,
@@ -140,11 +127,7 @@ class Hermes(AdapterDefaults):
                     model[k] = v
             ledger.begin(path)
             for key, field in LIMITS:
-                value = ledger.settle(path, f"model.{key}", model.get(key, ABSENT), getattr(settings, field))
-                if value is ABSENT:
-                    model.pop(key, None)
-                elif model.get(key, ABSENT) != value:
-                    model[key] = value
+                ledger.settle_key(path, model, key, getattr(settings, field), f"model.{key}", keep_equal=True)
             providers = doc.get("providers")
             if providers is None:
                 providers = doc["providers"] = CommentedMap()
@@ -179,14 +162,11 @@ class Hermes(AdapterDefaults):
         if env.get("HERMES_INFERENCE_MODEL"):
             effective["model"] = Effective(env.get("HERMES_INFERENCE_MODEL"), "shell environment", True,
                                            "HERMES_INFERENCE_MODEL replaces model.default in one-shot runs")
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": {"model.default": model.get("default"), "model.provider": model.get("provider"),
-                             "base_url": entry.get("base_url"), "key_env": entry.get("key_env"),
-                             "api_mode": entry.get("api_mode"), KEY_VAR: fingerprint(key) if key else None,
-                             "context_length": model.get("context_length"), "max_tokens": model.get("max_tokens")},
-                   "version": installed_version(BINARIES)}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
-                         effective=effective)
+        owned = {"model.default": model.get("default"), "model.provider": model.get("provider"),
+                 "base_url": entry.get("base_url"), "key_env": entry.get("key_env"),
+                 "api_mode": entry.get("api_mode"), KEY_VAR: fingerprint(key) if key else None,
+                 "context_length": model.get("context_length"), "max_tokens": model.get("max_tokens")}
+        return ToolFacts.of_file(path, error, owned, installed_version(BINARIES), effective)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
         """``HERMES_INFERENCE_MODEL`` exported: one-shot runs use it instead of ``model.default``."""
@@ -214,12 +194,7 @@ class Hermes(AdapterDefaults):
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """config.yaml as a mapping and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_yaml(path.read_text(encoding="utf-8"), path=path), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, parse_yaml)
 
 
 def _model(doc: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -237,4 +212,4 @@ def _provider(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return entry if isinstance(entry, dict) else {}
 
 
-__all__ = ["Hermes", "HermesOptions", "hermes_home"]
+__all__ = ["Hermes", "hermes_home"]

@@ -38,14 +38,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -73,18 +73,15 @@ PROJECT_FILES = DIR_FILES + tuple(f"{d}/{n}" for d in (".kilocode", ".kilo") for
 """The project files (relative to the working directory) that rank above the global file."""
 
 
-class KiloOptions(BaseModel):
+class KiloOptions(CreateOptions):
     """``[tools.kilo]`` options.
 
     Attributes:
         key_source: ``file`` (conduit writes a 0600 key file and references it) or ``env``
             (``{env:CONDUIT_API_KEY}``: export it yourself).
-        create: write ``kilo.jsonc`` even when Kilo's config directory does not exist yet.
     """
 
-    model_config = ConfigDict(extra="forbid")
     key_source: Literal["file", "env"] = "file"
-    create: bool = False
 
 
 def config_dir(env: Env) -> Path:
@@ -153,9 +150,7 @@ class Kilo(AdapterDefaults):
         """Targets: the key file (for ``file``) and the provider edits in the global file."""
         opts = settings.options_as(KiloOptions)
         path = config_file(env)
-        if not path.parent.is_dir() and not opts.create:
-            raise NotFound(f"Kilo CLI not found: no {path.parent}; install Kilo CLI, or set [tools.kilo] "
-                           "create = true")
+        self.require_dir(path.parent, opts.create)
         return provider_targets(settings, path, env, opts.key_source)
 
     def inspect(self, env: Env) -> ToolFacts:
@@ -166,10 +161,7 @@ class Kilo(AdapterDefaults):
         if env.get("KILO_CONFIG_CONTENT"):
             effective["KILO_CONFIG_CONTENT"] = Effective("(set)", "shell environment", True,
                                                          "inline config ranks above every file")
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error, "owned": owned_values(doc),
-                   "version": tool_version("kilo")}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
-                         effective=effective)
+        return ToolFacts.of_file(path, error, owned_values(doc), tool_version("kilo"), effective)
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Kilo sends for its ``model``: conduit's provider's ``baseURL`` and resolved ``apiKey``."""

@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import tomlkit
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -57,7 +57,7 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
-from conduit.adapters.formats.textformats import parse_toml, toml_target
+from conduit.adapters.formats.textformats import read_parsed, toml_data, toml_target
 from conduit.adapters.formats.tomltables import set_root
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
@@ -75,21 +75,9 @@ ENV_OVERRIDES = {"OPENAI_BASE_URL": "base_url", "OPENAI_API_KEY": "api_key"}
 """Exported variables that replace an ``openai_legacy`` provider's values (``augment_provider_with_env_vars``)."""
 
 
-class KimiOptions(BaseModel):
-    """``[tools.kimi]`` options.
-
-    Attributes:
-        create: write config.toml even when Kimi's directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
-
-
 def kimi_dir(env: Env) -> Path:
     """``$KIMI_SHARE_DIR`` or ``~/.kimi``."""
-    base = env.get("KIMI_SHARE_DIR")
-    return Path(base).expanduser() if base else env.home / ".kimi"
+    return env.path_from("KIMI_SHARE_DIR", env.home / ".kimi")
 
 
 class Kimi(AdapterDefaults):
@@ -104,7 +92,7 @@ class Kimi(AdapterDefaults):
         "max_context_size} (the window while conduit's; Kimi's 100000 while unknown)",
     )
     restart_hint: ClassVar[str | None] = "start a new Kimi session: it reads config.toml at start-up"
-    Options: ClassVar[type[BaseModel]] = KimiOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("KIMI_SHARE_DIR", *ENV_OVERRIDES)
 
     # KIMI_CLI_NO_AUTO_UPDATE: kimi_cli/ui/shell/__init__.py.
@@ -123,11 +111,10 @@ class Kimi(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One TOML target: ``default_model``, ``[providers.conduit]`` and ``[models.conduit]``."""
-        opts = settings.options_as(KimiOptions)
+        opts = settings.options_as(CreateOptions)
         d = kimi_dir(env)
         path = d / "config.toml"
-        if not d.is_dir() and not opts.create:
-            raise NotFound(f"Kimi CLI not found: no {d}; install Kimi CLI, or set [tools.kimi] create = true")
+        self.require_dir(d, opts.create)
         if not path.exists() and (d / "config.json").exists():
             raise Unsupported(f"{d / 'config.json'} is Kimi's legacy JSON config, which Kimi migrates only while "
                               "config.toml is missing: run kimi once to migrate it, then sync again")
@@ -159,13 +146,10 @@ class Kimi(AdapterDefaults):
         effective = {var: Effective("(set)" if var == "OPENAI_API_KEY" else env.get(var), "shell environment", True,
                                     f"replaces the {field} of an openai_legacy provider")
                      for var, field in ENV_OVERRIDES.items() if env.get(var)}
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": {"default_model": doc.get("default_model"), "type": provider.get("type"),
-                             "base_url": provider.get("base_url"), "api_key": fingerprint(key) if key else None,
-                             "model": model.get("model"), "max_context_size": model.get("max_context_size")},
-                   "version": installed_version(BINARIES)}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
-                         effective=effective)
+        owned = {"default_model": doc.get("default_model"), "type": provider.get("type"),
+                 "base_url": provider.get("base_url"), "api_key": fingerprint(key) if key else None,
+                 "model": model.get("model"), "max_context_size": model.get("max_context_size")}
+        return ToolFacts.of_file(path, error, owned, installed_version(BINARIES), effective)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
         """``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` exported: they replace conduit's provider values."""
@@ -211,12 +195,7 @@ def _upsert(doc: tomlkit.TOMLDocument, section: str, owned: dict[str, Any]) -> A
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """The file as plain data and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_toml(path.read_text(encoding="utf-8"), path=path).unwrap(), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, toml_data)
 
 
 def _table(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -224,4 +203,4 @@ def _table(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["Kimi", "KimiOptions", "kimi_dir"]
+__all__ = ["Kimi", "kimi_dir"]

@@ -22,6 +22,7 @@ only collects its decisions here and the disk is touched by the daemon alone. Va
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,17 @@ class LimitLedger:
             return had
         mine[slot] = {"wrote": wanted} if had is ABSENT else {"wrote": wanted, "had": had}
         return wanted
+
+    def settle_key(self, path: object, doc: MutableMapping[str, Any], key: str, wanted: Any, slot: str | None = None,
+                   *, keep_equal: bool = False) -> None:
+        """``settle`` the slot (default: ``key``) that ``doc[key]`` holds and apply the result to ``doc``: the key
+        removed for ``ABSENT``, else set (left as it is when ``keep_equal`` and it already equals the result, so a
+        YAML/TOML value keeps its formatting)."""
+        value = self.settle(path, key if slot is None else slot, doc.get(key, ABSENT), wanted)
+        if value is ABSENT:
+            doc.pop(key, None)
+        elif not (keep_equal and doc.get(key, ABSENT) == value):
+            doc[key] = value
 
     def _derived(self, path: object, slot: str, current: Any) -> bool:
         """``current`` is what another route of the profile writes into ``slot`` of ``path`` (``derived``)."""

@@ -35,14 +35,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     Blocker,
     ClientView,
+    CreateOptions,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -50,11 +50,10 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
 from conduit.adapters.formats.jsonc import Edit
-from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, plain_target
+from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, plain_target, read_parsed
 from conduit.adapters.formats.versions import installed_version
-from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.limits import LimitLedger
 from conduit.adapters.opencode import key_file
-from conduit.errors import ToolFileError
 
 PROVIDER_ID = "conduit"
 SECRET_PROVIDER = "conduit"
@@ -64,17 +63,6 @@ CONFIG_NAMES = ("openclaw.json", "clawdbot.json")
 STATE_DIRS = (".openclaw", ".clawdbot")
 LIMIT_KEYS = {"contextWindow": "context_window", "maxTokens": "max_output_tokens"}
 """A model entry's limit key -> the ``ToolSettings`` attribute it is written from."""
-
-
-class OpenClawOptions(BaseModel):
-    """``[tools.openclaw]`` options.
-
-    Attributes:
-        create: write ``openclaw.json`` even when OpenClaw's state directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
 
 
 def openclaw_home(env: Env) -> Path:
@@ -126,7 +114,7 @@ class OpenClaw(AdapterDefaults):
     )
     restart_hint: ClassVar[str | None] = ("restart a running OpenClaw Gateway if it did not reload openclaw.json; "
                                           "one-shot runs read it at start-up")
-    Options: ClassVar[type[BaseModel]] = OpenClawOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("OPENCLAW_HOME", "OPENCLAW_STATE_DIR", "OPENCLAW_CONFIG_PATH",
                                            "OPENCLAW_AGENT_DIR", "XDG_CONFIG_HOME")
 
@@ -151,11 +139,9 @@ class OpenClaw(AdapterDefaults):
         Raises:
             NotFound: no OpenClaw state directory and ``create`` is off.
         """
-        opts = settings.options_as(OpenClawOptions)
+        opts = settings.options_as(CreateOptions)
         path = config_file(env)
-        if not path.parent.is_dir() and not opts.create:
-            raise NotFound(f"OpenClaw not found: no {path.parent}; install OpenClaw, or set [tools.openclaw] "
-                           "create = true")
+        self.require_dir(path.parent, opts.create)
         kf = key_file(settings.channel, env)
         ledger = settings.limits or LimitLedger()
 
@@ -184,13 +170,11 @@ class OpenClaw(AdapterDefaults):
         doc, error = _read(path)
         provider = _dig(doc, "models", "providers", PROVIDER_ID)
         api_key = provider.get("apiKey")
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": {"baseUrl": provider.get("baseUrl"), "api": provider.get("api"),
-                             "apiKey": api_key if isinstance(api_key, dict) or _is_env_ref(api_key) else
-                             ("(literal key)" if api_key else None),
-                             "model": _primary(doc)},
-                   "version": installed_version(BINARIES)}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details)
+        owned = {"baseUrl": provider.get("baseUrl"), "api": provider.get("api"),
+                 "apiKey": api_key if isinstance(api_key, dict) or _is_env_ref(api_key) else
+                 ("(literal key)" if api_key else None),
+                 "model": _primary(doc)}
+        return ToolFacts.of_file(path, error, owned, installed_version(BINARIES))
 
     def client_view(self, env: Env) -> ClientView | None:
         """What OpenClaw sends for its default model: the provider's ``baseUrl`` and its ``apiKey`` resolved
@@ -242,11 +226,7 @@ def _models(provider: dict[str, Any], settings: ToolSettings, ledger: LimitLedge
     entry["id"] = settings.model
     entry.setdefault("name", settings.model)
     for key, attr in LIMIT_KEYS.items():
-        value = ledger.settle(path, f"{settings.model}.{key}", entry.get(key, ABSENT), getattr(settings, attr))
-        if value is ABSENT:
-            entry.pop(key, None)
-        else:
-            entry[key] = value
+        ledger.settle_key(path, entry, key, getattr(settings, attr), f"{settings.model}.{key}")
     if at is None:
         models.append(entry)
     else:
@@ -310,12 +290,7 @@ def _agent_models_files(env: Env) -> list[Path]:
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """A JSON/JSONC file and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, parse_jsonc)
 
 
-__all__ = ["OpenClaw", "OpenClawOptions", "config_file", "openclaw_home", "state_dir"]
+__all__ = ["OpenClaw", "config_file", "openclaw_home", "state_dir"]

@@ -28,14 +28,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -52,7 +52,13 @@ from conduit.adapters.declarations import (
     Package,
 )
 from conduit.adapters.formats.jsonc import _SpanParser, strip_jsonc
-from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, plain_target, tool_version
+from conduit.adapters.formats.textformats import (
+    jsonc_target,
+    parse_jsonc,
+    plain_target,
+    read_parsed,
+    tool_version,
+)
 from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.errors import ToolFileError
 
@@ -61,17 +67,14 @@ KEY_VAR = "CONDUIT_API_KEY"
 FILE_NAMES = ("opencode.jsonc", "opencode.json", "config.json")
 
 
-class OpenCodeOptions(BaseModel):
+class OpenCodeOptions(CreateOptions):
     """``[tools.opencode]`` options.
 
     Attributes:
         key_source: ``file`` (conduit writes a 0600 key file and references it) or ``env``.
-        create: write ``opencode.json`` even when OpenCode's config directory does not exist yet.
     """
 
-    model_config = ConfigDict(extra="forbid")
     key_source: Literal["file", "env"] = "file"
-    create: bool = False
 
 
 def config_dir(env: Env) -> Path:
@@ -128,9 +131,7 @@ class OpenCode(AdapterDefaults):
         """Targets: the key file (for ``file``) and the provider edits in the config file."""
         opts = settings.options_as(OpenCodeOptions)
         path = config_file(env)
-        if not path.parent.is_dir() and not opts.create:
-            raise NotFound(f"OpenCode not found: no {path.parent}; install OpenCode, or set [tools.opencode] "
-                           "create = true")
+        self.require_dir(path.parent, opts.create)
         return provider_targets(settings, path, env, opts.key_source)
 
     def inspect(self, env: Env) -> ToolFacts:
@@ -141,11 +142,7 @@ class OpenCode(AdapterDefaults):
         if env.get("OPENCODE_CONFIG_CONTENT"):
             effective["OPENCODE_CONFIG_CONTENT"] = Effective("(set)", "shell environment", True,
                                                              "inline config ranks above every file")
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": owned_values(doc),
-                   "version": tool_version("opencode")}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
-                         effective=effective)
+        return ToolFacts.of_file(path, error, owned_values(doc), tool_version("opencode"), effective)
 
     def client_view(self, env: Env) -> ClientView | None:
         """What OpenCode sends for ``model = "<provider>/<model>"``: the provider's ``options.baseURL`` and its
@@ -223,12 +220,7 @@ def provider_targets(settings: ToolSettings, path: Path, env: Env, key_source: s
 
 def read_config(path: Path) -> tuple[dict[str, Any], str | None]:
     """A JSONC config file (OpenCode, Kilo CLI) and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, parse_jsonc)
 
 
 def owned_values(doc: dict[str, Any]) -> dict[str, Any]:

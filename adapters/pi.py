@@ -41,14 +41,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     Blocker,
     ClientView,
+    CreateOptions,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -57,9 +57,9 @@ from conduit.adapters.base import (
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
 from conduit.adapters.formats.jsonc import jsonc_target
 from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
-from conduit.adapters.formats.textformats import plain_target
+from conduit.adapters.formats.textformats import plain_target, read_parsed
 from conduit.adapters.formats.versions import installed_version
-from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.limits import LimitLedger
 from conduit.errors import ToolFileError
 
 PROVIDER_ID = "conduit"
@@ -72,18 +72,15 @@ _STRING_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*')
 _STRING_OR_COMMA = re.compile(r'"(?:\\.|[^"\\])*"|,(\s*[}\]])')
 
 
-class PiOptions(BaseModel):
+class PiOptions(CreateOptions):
     """``[tools.pi]`` options.
 
     Attributes:
         key_source: ``file`` (``apiKey = "!cat '<key file>'"``, the key in conduit's 0600 key file) or ``inline``
             (the key itself in models.json, kept 0600).
-        create: write the files even when Pi's directory does not exist yet.
     """
 
-    model_config = ConfigDict(extra="forbid")
     key_source: Literal["file", "inline"] = "file"
-    create: bool = False
 
 
 def agent_dir(env: Env) -> Path:
@@ -125,12 +122,7 @@ def parse_models(text: str | None, *, path: Path) -> dict[str, Any]:
 
 def _read_models(path: Path) -> tuple[dict[str, Any], str | None]:
     """``models.json`` for reporting: (document, None), ``({}, None)`` when missing, ``({}, message)``."""
-    try:
-        return parse_models(path.read_text(encoding="utf-8"), path=path), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, parse_models)
 
 
 def _provider(doc: dict[str, Any], pid: str = PROVIDER_ID) -> dict[str, Any]:
@@ -174,8 +166,7 @@ class Pi(AdapterDefaults):
         """Targets: the key file (``file``), the provider in models.json, the default model in settings.json."""
         opts = settings.options_as(PiOptions)
         d = agent_dir(env)
-        if not d.is_dir() and not opts.create:
-            raise NotFound(f"Pi not found: no {d}; install Pi, or set [tools.pi] create = true")
+        self.require_dir(d, opts.create)
         targets: list[Target] = []
         if opts.key_source == "file":
             kf = key_file(settings.channel, env)
@@ -283,11 +274,7 @@ def _with_limits(entry: dict[str, Any], settings: ToolSettings, ledger: LimitLed
     value goes (the one it replaced comes back) and a person's stays (``conduit.adapters.limits``)."""
     out = dict(entry)
     for slot, wanted in zip(LIMIT_KEYS, (settings.context_window, settings.max_output_tokens), strict=True):
-        value = ledger.settle(path, slot, out.get(slot, ABSENT), wanted)
-        if value is ABSENT:
-            out.pop(slot, None)
-        else:
-            out[slot] = value
+        ledger.settle_key(path, out, slot, wanted)
     return out
 
 

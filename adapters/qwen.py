@@ -35,14 +35,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     Blocker,
     ClientView,
+    CreateOptions,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -50,10 +50,15 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
 from conduit.adapters.formats.masking import shown
-from conduit.adapters.formats.textformats import dotenv_target, jsonc_target, parse_jsonc, read_dotenv
+from conduit.adapters.formats.textformats import (
+    dotenv_target,
+    jsonc_target,
+    parse_jsonc,
+    read_dotenv,
+    read_parsed,
+)
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.errors import ToolFileError
 
 AUTH_TYPE = "openai"
 KEY_VAR = "CONDUIT_API_KEY"
@@ -63,15 +68,8 @@ SYSTEM_VAR = "QWEN_CODE_SYSTEM_SETTINGS_PATH"
 SYSTEM_DEFAULT = Path("/etc/qwen-code/settings.json")
 
 
-class QwenOptions(BaseModel):
-    """``[tools.qwen]`` options.
-
-    Attributes:
-        create: write the files even when Qwen Code's directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
+QwenOptions = CreateOptions
+"""The shared ``create`` option (tests import this name)."""
 
 
 def qwen_dir(env: Env) -> Path:
@@ -85,12 +83,7 @@ def qwen_dir(env: Env) -> Path:
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """A settings file: (document, None); ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, parse_jsonc)
 
 
 def _dig(doc: Any, *keys: str) -> Any:
@@ -123,7 +116,7 @@ class Qwen(AdapterDefaults):
         f".env: {KEY_VAR}",
     )
     restart_hint: ClassVar[str | None] = "start a new Qwen Code session: it reads settings.json and .env at start-up"
-    Options: ClassVar[type[BaseModel]] = QwenOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = (HOME_VAR, SYSTEM_VAR, KEY_VAR)
 
     # The two variables: packages/cli/src/config/config.ts (usageStatisticsEnabled, resolveTelemetrySettings).
@@ -145,10 +138,9 @@ class Qwen(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the key in ``.env``; auth type, model and conduit's provider entries in ``settings.json``."""
-        opts = settings.options_as(QwenOptions)
+        opts = settings.options_as(CreateOptions)
         d = qwen_dir(env)
-        if not d.is_dir() and not opts.create:
-            raise NotFound(f"Qwen Code not found: no {d}; install Qwen Code, or set [tools.qwen] create = true")
+        self.require_dir(d, opts.create)
         path = d / "settings.json"
         base_url = settings.root.openai_base()
         ledger = settings.limits or LimitLedger()

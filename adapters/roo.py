@@ -29,14 +29,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -50,17 +50,6 @@ from conduit.redact import fingerprint
 
 PROFILE = "conduit"
 SETTING = "roo-cline.autoImportSettingsPath"
-
-
-class RooOptions(BaseModel):
-    """``[tools.roo]`` options.
-
-    Attributes:
-        create: write VS Code's user ``settings.json`` even when its ``User`` directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
 
 
 def vscode_settings(env: Env) -> Path:
@@ -86,7 +75,7 @@ class Roo(AdapterDefaults):
     )
     restart_hint: ClassVar[str | None] = ("reload the VS Code window (Developer: Reload Window): Roo Code imports "
                                           "its settings file when it starts")
-    Options: ClassVar[type[BaseModel]] = RooOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("XDG_CONFIG_HOME",)
 
     one_shot: ClassVar[OneShot | None] = None  # a VS Code extension: no command line
@@ -104,9 +93,7 @@ class Roo(AdapterDefaults):
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the import file (the ``conduit`` profile, made current) and the VS Code setting."""
         vs = vscode_settings(env)
-        if not vs.parent.is_dir() and not settings.options_as(RooOptions).create:
-            raise NotFound(f"VS Code not found: no {vs.parent}; install VS Code and Roo Code, or set [tools.roo] "
-                           "create = true")
+        self.require_dir(vs.parent, settings.options_as(CreateOptions).create, "VS Code and Roo Code", missing="VS Code")
         path = import_file(env)
         owned = {"apiProvider": "openai", "openAiBaseUrl": settings.root.openai_base(),
                  "openAiApiKey": settings.key_or_placeholder, "openAiModelId": settings.model, "id": PROFILE}
@@ -187,4 +174,4 @@ def _current(path: Path | None) -> dict[str, Any]:
     return profile if isinstance(profile, dict) else {}
 
 
-__all__ = ["Roo", "RooOptions", "import_file", "vscode_settings"]
+__all__ = ["Roo", "import_file", "vscode_settings"]

@@ -37,14 +37,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import tomlkit
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
@@ -59,7 +59,12 @@ from conduit.adapters.declarations import (
     Package,
     read_env_quietly,
 )
-from conduit.adapters.formats.textformats import dotenv_target, parse_toml, toml_target
+from conduit.adapters.formats.textformats import (
+    dotenv_target,
+    read_parsed,
+    toml_data,
+    toml_target,
+)
 from conduit.adapters.formats.tomltables import aot_entry, set_root
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
@@ -79,21 +84,9 @@ MINIMUM_CONTEXT = 13_334
 ``MINIMUM_CONTEXT_WINDOW``): seen with the binary ("the smallest is 13334"); conduit's sync says so."""
 
 
-class VibeOptions(BaseModel):
-    """``[tools.vibe]`` options.
-
-    Attributes:
-        create: write config.toml and .env even when Vibe's directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
-
-
 def vibe_home(env: Env) -> Path:
     """``$VIBE_HOME`` or ``~/.vibe``."""
-    base = env.get("VIBE_HOME")
-    return Path(base).expanduser() if base else env.home / ".vibe"
+    return env.path_from("VIBE_HOME", env.home / ".vibe")
 
 
 class Vibe(AdapterDefaults):
@@ -110,7 +103,7 @@ class Vibe(AdapterDefaults):
         f".env: {KEY_VAR}",
     )
     restart_hint: ClassVar[str | None] = "run /reload in Vibe, or start a new session"
-    Options: ClassVar[type[BaseModel]] = VibeOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("VIBE_HOME", KEY_VAR, *OVERRIDES)
 
     # VIBE_ENABLE_UPDATE_CHECKS / VIBE_ENABLE_TELEMETRY: the VIBE_* layer over vibe/core/config/vibe_schema.py.
@@ -131,10 +124,9 @@ class Vibe(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: config.toml (``active_model``, provider and model ``conduit``) and the key in .env."""
-        opts = settings.options_as(VibeOptions)
+        opts = settings.options_as(CreateOptions)
         home = vibe_home(env)
-        if not home.is_dir() and not opts.create:
-            raise NotFound(f"Mistral Vibe not found: no {home}; install Vibe, or set [tools.vibe] create = true")
+        self.require_dir(home, opts.create, "Vibe")
         path = home / "config.toml"
         ledger = settings.limits or LimitLedger()
         provider = {"api_base": settings.root.openai_base(), "api_key_env_var": KEY_VAR, "api_style": "openai",
@@ -178,14 +170,11 @@ class Vibe(AdapterDefaults):
         effective = {var: Effective("(set)" if var == KEY_VAR else env.get(var), "shell environment", True,
                                     "an exported variable ranks above the files conduit writes")
                      for var in (*OVERRIDES, KEY_VAR) if env.get(var)}
-        details = {"file": str(path), "exists": path.exists(), "parse_error": error,
-                   "owned": {"active_model": doc.get("active_model"), "api_base": provider.get("api_base"),
-                             "api_key_env_var": provider.get("api_key_env_var"), "model": model.get("name"),
-                             KEY_VAR: fingerprint(key) if key else None,
-                             **{k: model.get(k) for k, _ in LIMITS}},
-                   "version": installed_version(BINARIES)}
-        return ToolFacts(summary=f"{path} ({'found' if path.exists() else 'missing'})", details=details,
-                         effective=effective)
+        owned = {"active_model": doc.get("active_model"), "api_base": provider.get("api_base"),
+                 "api_key_env_var": provider.get("api_key_env_var"), "model": model.get("name"),
+                 KEY_VAR: fingerprint(key) if key else None,
+                 **{k: model.get(k) for k, _ in LIMITS}}
+        return ToolFacts.of_file(path, error, owned, installed_version(BINARIES), effective)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
         """An exported ``VIBE_ACTIVE_MODEL``/``VIBE_MODELS``/``VIBE_PROVIDERS`` or ``CONDUIT_API_KEY``, and a
@@ -219,12 +208,7 @@ def _update(table: Any, owned: Mapping[str, Any]) -> None:
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """The file as plain data and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_toml(path.read_text(encoding="utf-8"), path=path).unwrap(), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, toml_data)
 
 
 def _entry(doc: Mapping[str, Any], array: str, key: str, value: str) -> dict[str, Any]:
@@ -235,4 +219,4 @@ def _entry(doc: Mapping[str, Any], array: str, key: str, value: str) -> dict[str
     return found if isinstance(found, dict) else {}
 
 
-__all__ = ["Vibe", "VibeOptions", "vibe_home"]
+__all__ = ["Vibe", "vibe_home"]

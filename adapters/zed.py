@@ -32,23 +32,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
+    CreateOptions,
     Effective,
     Env,
-    NotFound,
     Protocol_,
     Target,
     ToolFacts,
     ToolSettings,
 )
 from conduit.adapters.declarations import Competing, OneShot, Package
-from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc
-from conduit.adapters.limits import ABSENT, LimitLedger
-from conduit.errors import ToolFileError
+from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, read_parsed
+from conduit.adapters.limits import LimitLedger
 
 PROVIDER_ID = "conduit"
 DEFAULT_MAX_TOKENS = 128000
@@ -56,21 +55,9 @@ DEFAULT_MAX_TOKENS = 128000
 OpenAI-compatible example)."""
 
 
-class ZedOptions(BaseModel):
-    """``[tools.zed]`` options.
-
-    Attributes:
-        create: write ``settings.json`` even when Zed's config directory does not exist yet.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    create: bool = False
-
-
 def config_dir(env: Env) -> Path:
     """``$FLATPAK_XDG_CONFIG_HOME/zed``, else ``$XDG_CONFIG_HOME/zed`` or ``~/.config/zed``."""
-    flatpak = env.get("FLATPAK_XDG_CONFIG_HOME")
-    return (Path(flatpak).expanduser() if flatpak else env.config_home()) / "zed"
+    return env.path_from("FLATPAK_XDG_CONFIG_HOME", env.config_home()) / "zed"
 
 
 def key_variable(provider_id: str) -> str:
@@ -97,7 +84,7 @@ class Zed(AdapterDefaults):
         "agent.default_model",
     )
     restart_hint: ClassVar[str | None] = None  # Zed reloads settings.json; the key variable needs a restart
-    Options: ClassVar[type[BaseModel]] = ZedOptions
+    Options: ClassVar[type[BaseModel]] = CreateOptions
     env_vars: ClassVar[tuple[str, ...]] = ("XDG_CONFIG_HOME", "FLATPAK_XDG_CONFIG_HOME", KEY_VAR)
 
     one_shot: ClassVar[OneShot | None] = None  # an editor: no non-interactive command line
@@ -115,8 +102,7 @@ class Zed(AdapterDefaults):
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """One JSONC target: conduit's provider and the agent's default model; no key."""
         path = config_dir(env) / "settings.json"
-        if not path.parent.is_dir() and not settings.options_as(ZedOptions).create:
-            raise NotFound(f"Zed not found: no {path.parent}; install Zed, or set [tools.zed] create = true")
+        self.require_dir(path.parent, settings.options_as(CreateOptions).create)
         ledger = settings.limits or LimitLedger()
 
         def edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
@@ -179,12 +165,7 @@ class Zed(AdapterDefaults):
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """The settings (JSONC) and None; ``({}, None)`` when missing; ``({}, message)`` when unreadable."""
-    try:
-        return parse_jsonc(path.read_text(encoding="utf-8"), path=path), None
-    except FileNotFoundError:
-        return {}, None
-    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
-        return {}, str(exc)
+    return read_parsed(path, parse_jsonc)
 
 
 def _provider(doc: dict[str, Any], provider_id: str) -> dict[str, Any]:
@@ -215,13 +196,9 @@ def _with_limits(entry: dict[str, Any], settings: ToolSettings, ledger: LimitLed
     out = dict(entry)
     slot = f"openai_compatible.conduit.available_models[name={settings.model}]"
     for key, wanted in (("max_tokens", settings.context_window), ("max_output_tokens", settings.max_output_tokens)):
-        value = ledger.settle(path, f"{slot}.{key}", out.get(key, ABSENT), wanted)
-        if value is ABSENT:
-            out.pop(key, None)
-        else:
-            out[key] = value
+        ledger.settle_key(path, out, key, wanted, f"{slot}.{key}")
     out.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
     return out
 
 
-__all__ = ["DEFAULT_MAX_TOKENS", "KEY_VAR", "Zed", "ZedOptions", "config_dir", "key_variable"]
+__all__ = ["DEFAULT_MAX_TOKENS", "KEY_VAR", "Zed", "config_dir", "key_variable"]

@@ -62,8 +62,9 @@ def test_mypy_sees_a_wrong_cross_module_call(tmp_path: Path) -> None:
     bad = subprocess.run([*mypy, str(probe)], cwd=tree, capture_output=True, text=True, timeout=280)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert 'Incompatible types in assignment (expression has type "str", variable has type "int")' in bad.stdout
-    probe.write_text("from conduit.units import format_bytes\n\ns: str = format_bytes(1)\n", encoding="utf-8")
-    good = subprocess.run([*mypy, str(probe)], cwd=tree, capture_output=True, text=True, timeout=280)
+    good_probe = tmp_path / "probe_right_call.py"  # another file: mypy's cache keys on mtime and size
+    good_probe.write_text("from conduit.units import format_bytes\n\ns: str = format_bytes(1)\n", encoding="utf-8")
+    good = subprocess.run([*mypy, str(good_probe)], cwd=tree, capture_output=True, text=True, timeout=280)
     assert good.returncode == 0, good.stdout + good.stderr
 
 

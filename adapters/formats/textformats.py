@@ -167,6 +167,22 @@ def yaml_target(path: Path, transform: Callable[[Any], None], *, secret_keys: Co
 # ------------------------------------------------------------------------------------------------ others
 
 
+def read_parsed(path: Path, parse: Callable[..., Any]) -> tuple[Any, str | None]:
+    """``parse(text, path=path)`` of the file, for reporting: (document, None); ``({}, None)`` when missing;
+    ``({}, message)`` when unreadable."""
+    try:
+        return parse(path.read_text(encoding="utf-8"), path=path), None
+    except FileNotFoundError:
+        return {}, None
+    except (ToolFileError, OSError, UnicodeDecodeError) as exc:
+        return {}, str(exc)
+
+
+def toml_data(text: str | None, *, path: Path) -> dict[str, Any]:
+    """A TOML file as plain data (``parse_toml(...).unwrap()``)."""
+    return parse_toml(text, path=path).unwrap()
+
+
 def plain_target(path: Path, content: str, *, mode: int = 0o600, label: str = "") -> TextTarget:
     """A file conduit owns whole (a key file): its content is exactly ``content``, all of it masked in diffs."""
     return TextTarget(path=path, render=lambda _text: content, mask=lambda text: mask_values(text, [text.strip()]),

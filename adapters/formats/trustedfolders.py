@@ -62,8 +62,7 @@ class Verdict:
 
 def folders_path(env: Env, gemini_dir: Path) -> Path:
     """``$GEMINI_CLI_TRUSTED_FOLDERS_PATH``, else ``<gemini dir>/trustedFolders.json``."""
-    override = env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
-    return Path(override).expanduser() if override else gemini_dir / "trustedFolders.json"
+    return env.path_from("GEMINI_CLI_TRUSTED_FOLDERS_PATH", gemini_dir / "trustedFolders.json")
 
 
 def expand(entry: str, env: Env) -> str:
