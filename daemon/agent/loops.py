@@ -43,6 +43,7 @@ from conduit.daemon.config.resolve import vllm_settings
 from conduit.daemon.config.routing import profile_key
 from conduit.daemon.config.vllm import VllmSettings
 from conduit.errors import ConduitError
+from conduit.memory import release_free_memory
 from conduit.redact import Redactor
 
 if TYPE_CHECKING:
@@ -308,6 +309,7 @@ class Keeper:
                 self.reload_tools()
             except Exception:
                 log.exception("reloading the profile or the sync state failed")
+            release_free_memory()  # what the probes and reloads freed (a large answer read) goes back to the system
             await asyncio.sleep(self.config.reload_interval_s)
 
     async def reload_profile(self, force: bool = False) -> None:

@@ -78,6 +78,7 @@ from conduit.daemon.sync.state import (
 from conduit.daemon.sync.watcher import Watcher
 from conduit.errors import ConduitError
 from conduit.fileio import PROFILE_MAX_BYTES, read_regular_file
+from conduit.memory import release_free_memory
 from conduit.redact import Redactor, fingerprint
 from conduit.sdnotify import sd_notify
 
@@ -205,6 +206,8 @@ class SyncDaemon:
             log.exception("unexpected error while handling changes; the daemon keeps running")
         finally:
             self.progress.end()
+        if self.queue.empty():  # idle again: what the batch parsed and freed goes back to the system
+            release_free_memory()
         return not (stopping or _STOP in batch)
 
     def _wait_s(self) -> float | None:
