@@ -9,7 +9,8 @@ disk and a ``WriteResult`` for the report. What it guarantees (docs/design.md "W
   before the swap; on Linux the swap is ``renameat2(RENAME_EXCHANGE)`` and the displaced file is compared right
   after it too, the swap undone when it differs (``conduit.adapters.writer.exchange``). If another program (Claude Code
   itself, a hooks installer) changed the file, the target is rendered again from the new content, up to
-  ``MAX_RENDERS`` times.
+  ``MAX_RENDERS`` times. In the daemon the displaced file is kept open a moment longer, so an in-place save
+  opened before the swap is put back (``conduit.adapters.writer.latesaves``).
 - **Half-saved files are never merged from**: a file that exists but is blank or does not parse may be in the
   middle of another program's truncate-then-write save; it is re-read after ``SETTLE_WAITS_S`` (about 200 ms),
   and if it stays so the target is skipped with an error naming the file. A missing file is created as usual.
@@ -53,7 +54,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conduit.adapters.base import SqliteTarget, TextTarget
-from conduit.adapters.writer.exchange import exchange, place_new
+from conduit.adapters.writer.exchange import swap_if_same
+from conduit.adapters.writer.latesaves import LATE_SAVES
 from conduit.adapters.writer.results import Backup, BackupSink, WriteResult
 from conduit.adapters.writer.snapshot import SETTLE_WAITS_S, Seen, blank, read_seen, whole_text_problem
 from conduit.adapters.writer.sqlite_apply import SqliteApplier
@@ -269,7 +271,7 @@ class Writer:
                  notices: list[str], result: WriteResult) -> tuple[bool, Seen]:
         """Fill a temp file with ``new_bytes``, re-read ``real``, back up the bytes of that re-read, and put the
         temp file in place only if ``real`` is still what was merged (``seen``), compared once more right
-        before the swap and, where the OS can swap two names, right after it (``_swap``).
+        before the swap and, where the OS can swap two names, right after it (``swap_if_same``).
 
         Returns:
             (True, seen) when replaced; (False, what the file holds now) when another program changed it since
@@ -284,9 +286,10 @@ class Writer:
             if not again.same(seen):
                 return False, again
             backup = self._backup(tool, target, again, result)
-            placed, now = _swap(tmp, real, seen)
+            placed, now = swap_if_same(tmp, real, seen)
             if not placed:
                 return False, now
+            LATE_SAVES.keep(tmp, real, seen)  # an in-place save opened before the swap may still land in it
             fsync_dir(real.parent)
         finally:
             release_tmp(tmp, unlink=True)  # after a swap it holds the replaced file; else our unused one
@@ -336,35 +339,3 @@ class Writer:
                 hint="move that file away or fix the path; conduit changed nothing",
             )
         make_private_dirs(parent)
-
-
-def _swap(tmp: Path, real: Path, seen: Seen) -> tuple[bool, Seen]:
-    """Put the filled ``tmp`` at ``real`` if ``real`` is still ``seen``: compared right before the swap; with
-    ``renameat2(RENAME_EXCHANGE)`` also right after it, on the file the swap displaced (now named ``tmp``), and
-    undone when that is not ``seen``. A new file is placed only where nothing is (``RENAME_NOREPLACE``).
-
-    Returns:
-        (True, seen) when placed; (False, what ``real`` holds now) when another program changed it.
-    """
-    last = read_seen(real)
-    if not last.same(seen):
-        return False, last
-    if seen.data is None:
-        try:
-            if not place_new(tmp, real):
-                os.replace(tmp, real)
-        except FileExistsError:
-            return False, read_seen(real)
-        return True, seen
-    ours = os.lstat(tmp).st_ino
-    if not exchange(tmp, real):
-        os.replace(tmp, real)  # no atomic swap on this file system: the check above was the last moment
-        return True, seen
-    if read_seen(tmp).same(seen):
-        return True, seen
-    # Another program saved between the check and the swap: its file goes back in place, and we merge again.
-    with contextlib.suppress(OSError):
-        exchange(tmp, real)
-        if os.lstat(tmp).st_ino != ours:  # yet another save replaced ours meanwhile: that newest one goes back
-            exchange(tmp, real)
-    return False, read_seen(real)

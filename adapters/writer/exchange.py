@@ -8,6 +8,10 @@ is not what the writer merged from, the swap is undone (a second exchange) and t
 file is put in place with ``RENAME_NOREPLACE`` (or ``link``), so a file another program created meanwhile is
 never replaced. Where the OS or file system offers neither, ``os.replace`` is used, right after the check.
 
+A program that opened the file for an in-place save *before* the swap and writes after the check writes into
+the displaced file, which nobody reads again: ``conduit.adapters.writer.latesaves`` keeps it open a little while
+to catch that save and put it back.
+
 Everything here works on paths in one directory (the temp file sits next to the file, ``conduit.fileio``).
 """
 
@@ -21,7 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["exchange", "place_new"]
+from conduit.adapters.writer.snapshot import Seen, read_seen
+
+__all__ = ["exchange", "place_new", "swap_if_same"]
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -100,3 +106,39 @@ def place_new(tmp: Path, path: Path) -> bool:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     return True
+
+
+def swap_if_same(tmp: Path, real: Path, seen: Seen) -> tuple[bool, Seen]:
+    """Put the filled ``tmp`` at ``real`` if ``real`` is still ``seen``: compared right before the swap; with
+    ``renameat2(RENAME_EXCHANGE)`` also right after it, on the file the swap displaced (now named ``tmp``), and
+    undone when that is not ``seen``. A new file is placed only where nothing is (``RENAME_NOREPLACE``).
+
+    Returns:
+        (True, seen) when placed (``tmp`` then names the displaced file, if any); (False, what ``real`` holds
+        now) when another program changed it.
+
+    Raises:
+        OSError: the swap failed for a reason other than a concurrent save.
+    """
+    last = read_seen(real)
+    if not last.same(seen):
+        return False, last
+    if seen.data is None:
+        try:
+            if not place_new(tmp, real):
+                os.replace(tmp, real)
+        except FileExistsError:
+            return False, read_seen(real)
+        return True, seen
+    ours = os.lstat(tmp).st_ino
+    if not exchange(tmp, real):
+        os.replace(tmp, real)  # no atomic swap on this file system: the check above was the last moment
+        return True, seen
+    if read_seen(tmp).same(seen):
+        return True, seen
+    # Another program saved between the check and the swap: its file goes back in place, and we merge again.
+    with contextlib.suppress(OSError):
+        exchange(tmp, real)
+        if os.lstat(tmp).st_ino != ours:  # yet another save replaced ours meanwhile: that newest one goes back
+            exchange(tmp, real)
+    return False, read_seen(real)

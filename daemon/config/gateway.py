@@ -24,7 +24,6 @@ the vLLM monitor. httpx is imported only when a request is made (``conduit sync`
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import zlib
@@ -182,6 +181,8 @@ async def aread_bounded(client: httpx.AsyncClient, method: str, url: str, *, hea
     phase = "read"
     send = {**headers, "accept-encoding": "gzip, deflate, identity"}
     try:
+        import asyncio  # loaded by the caller's event loop already
+
         async with asyncio.timeout(deadline_s):
             async with client.stream(method, url, headers=send, json=json_body, timeout=deadline_s) as resp:
                 answer, decoder = _start(resp.status_code, {k.lower(): v for k, v in resp.headers.items()},
@@ -222,6 +223,8 @@ def read_bounded(method: str, url: str, *, headers: dict[str, str], max_bytes: i
 
 def _run(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coro`` to its end: here, or in a worker thread when this thread already runs an event loop."""
+    import asyncio  # only when a request is made: the sync daemon never loads it (about 6 MB with ssl)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from conduit.adapters.base import Env
+from conduit.adapters.writer.latesaves import LATE_SAVES
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.resolve import Resolver
@@ -89,6 +90,13 @@ log = logging.getLogger("conduit.daemon")
 _STOP = object()
 _RESYNC = object()
 
+
+
+def _late_saves() -> None:
+    """Decide the displaced files whose grace is over (``conduit.adapters.writer.latesaves``); a save put back
+    is a tool's save like any other: its event comes through the watcher and is merged again."""
+    for line in LATE_SAVES.check():
+        log.warning("%s", line)
 
 class SyncDaemon:
     """The daemon's loop and its state (see the module docstring).
@@ -161,6 +169,7 @@ class SyncDaemon:
 
         The only thread that syncs, re-watches (``Watcher.watch``) and reports progress (``self.progress``)."""
         self.watcher.start()
+        LATE_SAVES.enable()  # in-place saves landing in a file this daemon just replaced are put back
         try:
             self.state.daemon = DaemonInfo(pid=os.getpid(), started_at=utc_now(),
                                            debounce_ms=round(self.options.debounce_s * 1000))
@@ -190,8 +199,9 @@ class SyncDaemon:
         handled stay queued, so the next call takes all of them as one batch: one more sync, never fewer."""
         try:
             item = self.queue.get(timeout=self._wait_s())
-        except queue.Empty:  # the watchdog's interval, or a fallback decision to look at again
+        except queue.Empty:  # the watchdog's interval, a displaced file to look at, or a fallback decision
             self.progress.tick()
+            _late_saves()
             if self._recheck_at is None or time.monotonic() < self._recheck_at:
                 return True
             item = self.routing_path  # handled as its event: one sync when the route it gives moved
@@ -206,6 +216,7 @@ class SyncDaemon:
             log.exception("unexpected error while handling changes; the daemon keeps running")
         finally:
             self.progress.end()
+        _late_saves()
         if self.queue.empty():  # idle again: what the batch parsed and freed goes back to the system
             release_free_memory()
         return not (stopping or _STOP in batch)
@@ -215,7 +226,8 @@ class SyncDaemon:
         decision may turn stale (``recheck_in``; sets ``_recheck_at``); None: as long as it takes."""
         again = recheck_in(self.profile, read_routing(self.routing_path)) if self.profile else None
         self._recheck_at = None if again is None else time.monotonic() + again
-        return min([w for w in (self.progress.interval_s, again) if w is not None], default=None)
+        late = LATE_SAVES.next_check_in()
+        return min([w for w in (self.progress.interval_s, again, late) if w is not None], default=None)
 
     def _drain(self, batch: set[object]) -> bool:
         """Move every event already queued into ``batch`` (no waiting); True when a stop was among them."""

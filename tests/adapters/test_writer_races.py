@@ -26,6 +26,7 @@ from helpers.toolfiles import write_profile
 
 from conduit.adapters.formats.jsonfile import json_target
 from conduit.adapters.writer import apply as writer_mod
+from conduit.adapters.writer import exchange as exchange_mod
 from conduit.adapters.writer.apply import Writer
 from conduit.adapters.writer.backups import BackupStore
 from conduit.errors import ToolFileError
@@ -173,7 +174,7 @@ def test_restore_refuses_a_blank_or_unparseable_backup_and_takes_none_of_a_blank
 
 def _save_before_the_swap(monkeypatch: pytest.MonkeyPatch, save: Callable[[], None]) -> list[int]:
     """Make another program's ``save`` happen just before the writer's first swap, after its last check."""
-    real = writer_mod.exchange
+    real = exchange_mod.exchange
     done: list[int] = []
 
     def exchange(tmp: Path, path: Path) -> bool:
@@ -182,7 +183,7 @@ def _save_before_the_swap(monkeypatch: pytest.MonkeyPatch, save: Callable[[], No
             save()
         return real(tmp, path)
 
-    monkeypatch.setattr(writer_mod, "exchange", exchange)
+    monkeypatch.setattr(exchange_mod, "exchange", exchange)
     return done
 
 
