@@ -22,6 +22,7 @@ lock only guards the list (no call out of this module is made while it is held).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -122,6 +123,12 @@ class LateSaves:
             with self._lock:
                 self._held.extend(keep)
         return lines
+
+    def check_and_log(self, log: logging.Logger) -> None:
+        """``check``, each line logged as a warning (the daemon's loop, while idle and after each batch: a save
+        put back is a tool's save like any other, its event comes through the watcher and is merged again)."""
+        for line in self.check():
+            log.warning("%s", line)
 
     def close_all(self) -> None:
         """Drop everything held (a process about to exit)."""

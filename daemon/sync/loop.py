@@ -32,7 +32,8 @@ watched. A watched directory deleted or replaced is watched again when it comes 
 ``fallback`` decision is in the routing file, the idle loop wakes when it may turn stale (``routed.recheck_in``).
 
 Logging: one line per tool per sync (``sync claude_code: changed settings.json``); ``--verbose`` adds the
-events and diffs. Every key read is taught to the process's ``Redactor``, which masks logs and the state file.
+events and diffs. Every key read is taught to the process's ``Redactor``, which masks logs and the state file;
+a key rotated out while the daemon runs is kept out of every later backup (a tool's stale save may bring it back).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import time
 from pathlib import Path
 
 from conduit.adapters.base import Env
+from conduit.adapters.writer.backups import BackupStore
 from conduit.adapters.writer.latesaves import LATE_SAVES
 from conduit.daemon.config import paths
 from conduit.daemon.config.profile import LoadedProfile, load_profile
@@ -91,13 +93,6 @@ _STOP = object()
 _RESYNC = object()
 
 
-
-def _late_saves() -> None:
-    """Decide the displaced files whose grace is over (``conduit.adapters.writer.latesaves``); a save put back
-    is a tool's save like any other: its event comes through the watcher and is merged again."""
-    for line in LATE_SAVES.check():
-        log.warning("%s", line)
-
 class SyncDaemon:
     """The daemon's loop and its state (see the module docstring).
 
@@ -128,6 +123,7 @@ class SyncDaemon:
         self.state = SyncState()
         self.tracks: dict[str, ToolTrack] = {}
         self.keys: dict[str, str | None] = {}
+        self.retired: list[str] = []  # keys rotated out while running
         self.resolver: Resolver | None = None
         self.key_files: set[Path] = set()
         self.routing_path = routing_path()  # the agent's fallback decision (conduit.daemon.sync.routed)
@@ -201,7 +197,7 @@ class SyncDaemon:
             item = self.queue.get(timeout=self._wait_s())
         except queue.Empty:  # the watchdog's interval, a displaced file to look at, or a fallback decision
             self.progress.tick()
-            _late_saves()
+            LATE_SAVES.check_and_log(log)
             if self._recheck_at is None or time.monotonic() < self._recheck_at:
                 return True
             item = self.routing_path  # handled as its event: one sync when the route it gives moved
@@ -216,7 +212,7 @@ class SyncDaemon:
             log.exception("unexpected error while handling changes; the daemon keeps running")
         finally:
             self.progress.end()
-        _late_saves()
+        LATE_SAVES.check_and_log(log)
         if self.queue.empty():  # idle again: what the batch parsed and freed goes back to the system
             release_free_memory()
         return not (stopping or _STOP in batch)
@@ -363,11 +359,15 @@ class SyncDaemon:
         self._rewatch()
         return catalog_key(self.profile) != self.catalogs  # a file renamed in before the new watch could see it
 
+    def _backups(self) -> BackupStore | None:
+        return redacting_store(self.retired, self.options.backups)
+
     def _full_sync(self, profile: LoadedProfile, trigger: str) -> None:
         self.catalogs = catalog_key(profile)  # read before the sync: a list written after it brings one more
         keys = self._read_keys(profile)
         rotated = [old for ch, old in self.keys.items() if old and keys.get(ch) and keys[ch] != old]
-        report = sync(profile, env=self.env, backups=redacting_store(rotated, self.options.backups),
+        self.retired = [*self.retired, *rotated][-64:]
+        report = sync(profile, env=self.env, backups=redacting_store(self.retired, self.options.backups),
                       resolver=self.resolver)
         self.progress.tick()
         self.keys = keys
@@ -447,7 +447,7 @@ class SyncDaemon:
         errored = [t for t in suspects if t in self.state.tools
                    and self.state.tools[t].status in ("error", "not_found")]
         if errored:  # the file was broken or missing: a real sync, not drift
-            self._record(sync(profile, tools=errored, env=self.env, backups=self.options.backups,
+            self._record(sync(profile, tools=errored, env=self.env, backups=self._backups(),
                               resolver=self.resolver), "tool file")
             self._rewatch()
         checks = [t for t in suspects if t not in errored and t in profile.model.tools]
@@ -473,7 +473,7 @@ class SyncDaemon:
             log.debug("drift %s diff (profile would write):\n%s", dry.tool, record.diff)
         entry.drift = record
         if policy == "reapply" and track.may_reapply():
-            real = sync(profile, tools=[dry.tool], env=self.env, backups=self.options.backups)
+            real = sync(profile, tools=[dry.tool], env=self.env, backups=self._backups())
             self._record(real, "drift", drift_check=True)
             record.reapplied, record.reapplied_at = True, utc_now()
             log.info("drift %s: profile re-applied", dry.tool)

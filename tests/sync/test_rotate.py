@@ -177,3 +177,26 @@ def test_key_on_the_command_line_is_refused(temp_home: Path, gateway: Gateway) -
     assert r.returncode != 0
     assert NEW not in r.stdout + r.stderr
     assert (temp_home / ".config" / "conduit" / "keys" / "gw").read_text() == OLD + "\n"
+
+
+def test_a_stale_save_bringing_back_the_old_key_leaves_it_in_no_backup(
+        temp_home: Path, tmp_path: Path, gateway: Gateway) -> None:
+    """After a rotation, a tool that saves its stale copy (the old key in it) is drift: the daemon writes the new
+    key back, and the backup it takes of the stale file holds the old key's fingerprint, not the key."""
+    profile = _setup(temp_home, gateway)
+    profile.write_text(profile.read_text().replace("version = 1\n", 'version = 1\non_drift = "reapply"\n'))
+    daemon = Daemon(temp_home, tmp_path).start()
+    settings = temp_home / ".claude" / "settings.json"
+    try:
+        stale = settings.read_text()
+        assert OLD in stale
+        r = rotate(temp_home, "gw")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert keys(temp_home) == (NEW, NEW, NEW)
+        tmp = settings.with_name(".settings.stale")
+        tmp.write_text(stale)  # the tool's own save of what it read before the rotation
+        os.replace(tmp, settings)
+        wait_for(lambda: NEW in settings.read_text() and OLD not in settings.read_text())
+    finally:
+        daemon.stop()
+    assert grep_tree(temp_home, OLD) == []
