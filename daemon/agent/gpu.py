@@ -66,6 +66,7 @@ class NvmlLib(Protocol):
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]: ...
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int: ...
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any: ...
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]: ...
 
 
 def host_snapshot() -> HostSnapshot:
@@ -217,6 +218,15 @@ class GpuProbe:
                                    processes=self._processes(merr, mh, vllm_pids)))
         return True, tuple(out)
 
+    def _capability(self, handle: Any) -> int | None:
+        """``nvmlDeviceGetCudaComputeCapability`` as major x 10 + minor, or None when NVML cannot say."""
+        assert self._lib is not None
+        try:
+            major, minor = self._lib.nvmlDeviceGetCudaComputeCapability(handle)
+        except (self._lib.NVMLError, AttributeError, TypeError, ValueError):
+            return None
+        return int(major) * 10 + int(minor)
+
     def sample(self, vllm_pids: Iterable[int] = ()) -> GpuReport:
         """Sample every GPU once. Never raises for NVML trouble: see the module docstring.
 
@@ -255,6 +265,7 @@ class GpuProbe:
                     utilization_gpu_pct=None if util is None else int(util.gpu),
                     utilization_memory_pct=None if util is None else int(util.memory),
                     mig_enabled=mig_enabled, mig=migs, processes=procs, errors=errors,
+                    compute_capability=self._capability(h),
                 ))
             return GpuReport(gpus=tuple(gpus), reason=None, sampled_at=time.time())
 
@@ -334,6 +345,7 @@ class FakeNvml:
          "devices": [{"name": "NVIDIA H100", "uuid": "GPU-1", "total": 85899345920, "used": 0, "free": ...,
                       "reserved": 0 | null (null: memory v2 raises FunctionNotFound),
                       "util": [gpu_pct, mem_pct] | null (null: NotSupported),
+                      "capability": [major, minor] (absent: NotSupported),
                       "unsupported": ["name", "processes", ...],   # fields raising NotSupported
                       "processes": [{"pid": 123, "used": 1073741824 | null}],
                       "mig": [{"uuid": "MIG-1", "total": ..., "used": ..., "free": ..., "processes": []}]}]}
@@ -422,6 +434,12 @@ class FakeNvml:
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
         return 7
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        cap = handle.get("capability")
+        if not isinstance(cap, list) or len(cap) != 2:
+            raise self._err(self._pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(cap[0]), int(cap[1])
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
         migs = handle.get("mig") or []

@@ -60,6 +60,8 @@ class GpuSnapshot:
         mig: MIG instances, when ``mig_enabled``.
         processes: compute processes (``--query-compute-apps``).
         errors: field -> NVML's reason, for every field that came back None.
+        compute_capability: CUDA compute capability as major x 10 + minor (``compute_cap``, 70 for a V100);
+            None when NVML cannot say (not recorded in ``errors``: only the planner's checks use it).
     """
 
     index: int
@@ -75,6 +77,7 @@ class GpuSnapshot:
     mig: tuple[MigSnapshot, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     errors: dict[str, str] = field(default_factory=dict)
+    compute_capability: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

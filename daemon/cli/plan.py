@@ -41,7 +41,8 @@ def gpu_memory(probe: GpuProbe | None = None, index: int = 0) -> dict[str, Any]:
     Read through ``probe`` (default ``agent.gpu.default_probe()``: real NVML, or ``$CONDUIT_FAKE_GPUS``);
     ``total_bytes``/``free_bytes`` (``nvidia-smi --query-gpu=memory.total,memory.free``) are None with an
     ``error`` ("no NVIDIA GPU: ...") when there is no such GPU or NVML refused its memory; ``count``: the GPUs
-    NVML sees (for the data-parallel advice). Never raises.
+    NVML sees (for the data-parallel advice); ``capability``: its compute capability (major x 10 + minor), only
+    when NVML reports it. Never raises.
     """
     report = (probe or default_probe()).sample()
     g = next((g for g in report.gpus if g.index == index), None)
@@ -49,8 +50,9 @@ def gpu_memory(probe: GpuProbe | None = None, index: int = 0) -> dict[str, Any]:
         why = report.reason or (f"GPU {index}: not found" if report.gpus else "no NVIDIA GPU found")
         return {"total_bytes": None, "free_bytes": None, "name": None, "error": why, "count": len(report.gpus)}
     error = None if g.total_bytes is not None else f"GPU {index}: {g.errors.get('memory', 'memory unknown')}"
-    return {"total_bytes": g.total_bytes, "free_bytes": g.free_bytes, "name": g.name, "error": error,
-            "count": len(report.gpus)}
+    out = {"total_bytes": g.total_bytes, "free_bytes": g.free_bytes, "name": g.name, "error": error,
+           "count": len(report.gpus)}
+    return out if g.compute_capability is None else {**out, "capability": g.compute_capability}
 
 
 def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int] | None = None,
@@ -106,6 +108,8 @@ def _read_gpu(s: dict[str, Any], use_nvml: bool, probe: GpuProbe | None) -> dict
             f"GPU memory size unknown ({gpu['error']})",
             hint="pass --gpu-memory SIZE (e.g. 80GiB), or --cpu-kv-space SIZE for vLLM's CPU build")
     s.update(gpu_memory_bytes=gpu["total_bytes"], gpu_free_bytes=gpu["free_bytes"], gpu_name=gpu["name"])
+    if gpu.get("capability"):  # NVML's compute capability: the quantization and dtype checks (plan.quantcheck)
+        s.setdefault("gpu_capability", gpu["capability"])
     s.setdefault("gpus_available", gpu.pop("count"))
     return gpu
 

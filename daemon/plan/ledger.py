@@ -62,6 +62,7 @@ from conduit.daemon.plan.memory import (
 )
 from conduit.daemon.plan.model import ModelInfo, inspect_model
 from conduit.daemon.plan.parallel import Parallel, StageShare, gpu_share_bytes, kv_heads_per_gpu, shard
+from conduit.daemon.plan.quantcheck import check_quantization
 from conduit.daemon.plan.scaling import dp_advice, parallel_fix
 from conduit.daemon.plan.settings import (
     DEFAULT_CPU_BLOCK_SIZE,
@@ -247,10 +248,10 @@ def plan(model: ModelInfo, settings: Mapping[str, Any] | PlanSettings | None = N
     that does (``scaling``); when it fits, ``parallel_advice`` says when DP is the better use of the GPUs.
 
     Raises:
-        PlanArgumentError: a bad setting (a parallel size vLLM refuses for the model included), or no memory
+        PlanArgumentError: a bad setting (a refused parallel size, quantization or dtype), or no memory
             size at all (neither GPU memory nor a KV space), or no max_model_len anywhere.
     """
-    return _plan(model, settings_from_dict(settings), search=True)
+    return _plan(model, check_quantization(model, settings_from_dict(settings)), search=True)
 
 
 def _once(model: ModelInfo) -> Callable[[PlanSettings], Ledger]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conduit.daemon.config.vllmrules import PLUGINS, shape_of
 from conduit.daemon.plan.dtypes import DTYPE_BYTES, normalize_dtype
 from conduit.daemon.plan.errors import ModelError, PlanArgumentError
 from conduit.daemon.plan.safetensors import scan_safetensors
@@ -44,11 +45,16 @@ def resolve_model_dir(model: str | os.PathLike[str], env: Mapping[str, str] | No
     ``refs/main`` wins, else the most recently modified snapshot. Nothing is ever downloaded.
 
     Raises:
-        ModelError: neither a directory nor a cached model of that name (the message lists where it looked).
+        ModelError: neither a directory nor a cached model of that name (the message lists where it looked);
+            a ``.gguf`` file (vLLM needs vllm-gguf-plugin for it).
     """
     p = Path(model).expanduser()
     if p.is_dir():
         return p
+    if p.suffix.lower() == ".gguf":
+        raise ModelError(f"{p}: a GGUF file; vLLM 0.32 has no GGUF loader of its own",
+                         hint=f"install {PLUGINS['gguf']} into [vllm].python (`pip install {PLUGINS['gguf']}`), "
+                              "or plan the model's safetensors release (conduit plan reads config.json)")
     if p.exists():
         raise ModelError(f"{p}: is a file, not a model directory",
                          hint="pass the directory that holds config.json")
@@ -120,6 +126,8 @@ class ModelInfo:
         num_experts / moe_intermediate_size / num_shared_experts: MoE shape (``num_local_experts``,
             ``n_routed_experts`` or ``num_experts``; 0 experts for a dense model), for the per-GPU ledger.
         tie_word_embeddings: the LM head shares the embedding matrix (config ``tie_word_embeddings``).
+        quant_group_size: ``quantization_config.group_size`` of an AWQ/GPTQ checkpoint (None otherwise, or
+            ``-1``: one group per row), for the tensor-parallel rule (``daemon.config.vllmrules``).
         notes: things the reader of the ledger should know (estimates, assumptions).
     """
 
@@ -149,6 +157,7 @@ class ModelInfo:
     moe_intermediate_size: int | None = None
     num_shared_experts: int = 0
     tie_word_embeddings: bool = False
+    quant_group_size: int | None = None
 
 
 def _first(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
@@ -222,7 +231,14 @@ def inspect_model(model: str | os.PathLike[str], env: Mapping[str, str] | None =
         moe_intermediate_size=int(text["moe_intermediate_size"]) if text.get("moe_intermediate_size") else None,
         num_shared_experts=int(text.get("n_shared_experts") or 0),
         tie_word_embeddings=bool(text.get("tie_word_embeddings")),
+        quant_group_size=_group_size(cfg.top),
     )
+
+
+def _group_size(top: dict[str, Any]) -> int | None:
+    """The AWQ/GPTQ ``group_size`` of the checkpoint (``vllmrules.shape_of``), or None."""
+    shape = shape_of(top)
+    return shape.group_size if shape else None
 
 
 @dataclass(frozen=True)

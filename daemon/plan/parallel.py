@@ -34,8 +34,9 @@ Errors: ``PlanArgumentError`` (exit 3) for a parallel size vLLM refuses, naming 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from conduit.daemon.config.vllmrules import TpShape
 from conduit.daemon.plan.errors import PlanArgumentError
 from conduit.daemon.plan.model import ModelInfo
 
@@ -106,42 +107,63 @@ def padded_vocab(vocab: int) -> int:
     return -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
 
 
-def check(model: ModelInfo, par: Parallel) -> None:
-    """Refuse what vLLM refuses at start-up for these sizes.
-
-    Raises:
-        PlanArgumentError: a size below 1; heads not divisible by TP; KV heads and TP not dividing one another
-            (QKVParallelLinear's ``divide``); more stages than layers; a padded vocab, MLP or expert width TP
-            cannot split.
-    """
+def problem(model: ModelInfo, par: Parallel) -> str | None:
+    """The first rule ``par`` breaks for ``model`` (one phrase with the numbers, quoting vLLM's wording where
+    vLLM has one), or None when vLLM accepts these sizes. Rules: ``check``."""
     for name, v in (("tensor_parallel_size", par.tp), ("pipeline_parallel_size", par.pp),
                     ("data_parallel_size", par.dp)):
         if v < 1:
-            raise PlanArgumentError(f"{name}: must be a positive integer, got {v}")
-    tp, heads, kv = par.tp, model.num_attention_heads, model.num_kv_heads
-    fix = f"use a tensor_parallel_size that divides {heads} (1, 2, 4, 8 for most models)"
+            return f"{name}: must be a positive integer, got {v}"
+    tp, heads = par.tp, model.num_attention_heads
     if heads % tp:
-        raise PlanArgumentError(f"tensor_parallel_size {tp}: vLLM refuses it (Total number of attention heads "
-                                f"({heads}) must be divisible by tensor parallel size ({tp}).)", hint=fix)
-    if not model.mla_kv_dim and (kv % tp if tp < kv else tp % kv):
-        raise PlanArgumentError(f"tensor_parallel_size {tp}: the model's {kv} KV heads cannot be split or "
-                                "replicated evenly over it (vLLM QKVParallelLinear)", hint=fix)
+        return (f"tensor_parallel_size {tp}: vLLM refuses it (Total number of attention heads ({heads}) must be "
+                f"divisible by tensor parallel size ({tp}).)")
     if par.pp > model.num_layers:
-        raise PlanArgumentError(f"pipeline_parallel_size {par.pp}: more stages than the model's "
-                                f"{model.num_layers} layers", hint=f"use at most {model.num_layers}")
-    widths = [("the padded vocab", padded_vocab(model.vocab_size or 32000), tp)]
+        return f"pipeline_parallel_size {par.pp}: more stages than the model's {model.num_layers} layers"
+    moe_tp = tp * par.dp
     if model.num_experts:
-        moe_tp = tp * par.dp
-        if par.expert_parallel:
-            widths.append(("the experts", model.num_experts, moe_tp))
-        else:
-            widths.append(("the expert MLP width", _moe_inter(model), moe_tp))
+        inter, n = (None, moe_tp) if par.expert_parallel else (_moe_inter(model), moe_tp)
     else:
-        widths.append(("the MLP width", _inter(model), tp))
-    for what, width, n in widths:
-        if width % n:
-            raise PlanArgumentError(f"tensor_parallel_size {tp}: {what} ({width}) does not split over {n} GPUs",
-                                    hint=fix)
+        inter, n = _inter(model), tp
+    kv = tp if model.mla_kv_dim else model.num_kv_heads  # MLA: one latent, no KV-head rule
+    shape = TpShape(heads, kv, inter, model.quant_group_size)
+    rules = [p for p in shape.problems(n) if "attention heads" not in p and "KV heads" not in p]
+    rules = TpShape(heads, kv, vocab=model.vocab_size or 32000).problems(tp) + rules  # heads, KV, vocab: TP alone
+    if model.num_experts and par.expert_parallel and model.num_experts % moe_tp:
+        rules.append(f"the {model.num_experts} experts do not split over {moe_tp} GPUs")
+    return f"tensor_parallel_size {tp}: {rules[0]}" if rules else None
+
+
+def valid_tp(model: ModelInfo, par: Parallel, limit: int | None = None) -> list[int]:
+    """Every tensor-parallel size from 1 to ``limit`` (default: the larger of the heads and 8) that breaks no
+    rule with the other sizes of ``par`` kept."""
+    top = limit or max(model.num_attention_heads, 8)
+    return [t for t in range(1, top + 1) if problem(model, replace(par, tp=t)) is None]
+
+
+def check(model: ModelInfo, par: Parallel) -> None:
+    """Refuse what vLLM refuses at start-up for these sizes.
+
+    Rules: sizes below 1; heads not divisible by TP (``ModelConfig.verify_with_parallel_config``); KV heads and
+    TP not dividing one another (QKVParallelLinear's ``divide``); the MLP (or expert MLP, over TP x DP)
+    intermediate size not divisible, or its per-GPU share not a multiple of the AWQ/GPTQ ``group_size``
+    (``AWQLinearMethod.create_weights``: "The input size is not aligned with the quantized weight shape");
+    more stages than layers; a padded vocab TP cannot split (the shared rules: ``daemon.config.vllmrules``).
+
+    Raises:
+        PlanArgumentError: the first rule broken; the hint lists every tensor-parallel size that passes all of
+            them (never a refused one).
+    """
+    why = problem(model, par)
+    if why is None:
+        return
+    if why.startswith("pipeline_parallel_size"):
+        raise PlanArgumentError(why, hint=f"use at most {model.num_layers}")
+    sizes = valid_tp(model, par)
+    hint = (f"use a tensor_parallel_size that passes every divisibility rule of this model: "
+            f"{', '.join(map(str, sizes))}" if sizes else
+            "no tensor_parallel_size passes every divisibility rule of this model with these sizes")
+    raise PlanArgumentError(why, hint=hint)
 
 
 def _hidden(model: ModelInfo) -> int:

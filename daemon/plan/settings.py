@@ -41,6 +41,8 @@ class PlanSettings:
             ``enable_expert_parallel``: ``--enable-expert-parallel`` (MoE experts whole per GPU).
         gpus_per_node: GPUs in one machine (planner only, default 8): TP beyond it goes to PP instead.
         gpus_available: GPUs there are in all (planner only; NVML's count when read), for the DP advice.
+        gpu_capability: the GPU's CUDA compute capability as major x 10 + minor (70 for a V100; NVML
+            ``nvmlDeviceGetCudaComputeCapability``), for the quantization and dtype checks; None = unknown.
     """
 
     device: str = "gpu"
@@ -63,6 +65,7 @@ class PlanSettings:
     enable_expert_parallel: bool = False
     gpus_per_node: int = 8
     gpus_available: int | None = None
+    gpu_capability: int | None = None
 
 
 _SETTING_ALIASES = {"gpu_memory": "gpu_memory_bytes", "cpu_kv_space": "cpu_kvcache_space_bytes",
@@ -120,7 +123,7 @@ _CONVERT: dict[str, Callable[[str, Any], Any]] = {
                     _size),
     **dict.fromkeys(("block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
                      "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus_per_node",
-                     "gpus_available"), _positive_int),
+                     "gpus_available", "gpu_capability"), _positive_int),
     "gpu_memory_utilization": _utilization,
     "dtype": lambda key, v: normalize_dtype(str(v), where=key),
     "kv_cache_dtype": _kv_cache_dtype,

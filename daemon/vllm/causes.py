@@ -160,8 +160,10 @@ def max_model_len(text: str) -> Diagnosis | None:
 
 def cuda_oom(text: str) -> Diagnosis | None:
     """``CUDA out of memory`` in the torch <= 2.1 wording (``(GPU 0; T total capacity; ...; F free``), the
-    torch >= 2.2 one (``GPU 0 has a total capacity of T of which F is free``), or a CUDA driver error."""
-    if not re.search(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", text):
+    torch >= 2.2 one (``GPU 0 has a total capacity of T of which F is free``), or a CUDA runtime or driver
+    error (``CUDA error: out of memory``; ``CUDA driver error: out of memory`` from torch's CUDA caching
+    allocator, ``c10/cuda/CUDACachingAllocator.cpp``)."""
+    if not re.search(r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory", text):
         return None
     size = r"([\d.]+ [GMK]iB)"
     tried = re.search(r"Tried to allocate " + size, text)

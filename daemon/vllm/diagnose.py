@@ -5,6 +5,9 @@ The causes recognised, in the wording of every vLLM release line 0.4 .. 0.32, li
 initialization failed. See root cause above.``: the root cause is printed *earlier*, so every rule scans the
 whole tail and the most specific rule wins (rules are ordered), not the last line.
 
+``configcauses`` adds vLLM's configuration, argument and quantization checks, read from the root cause
+(``rootcause``: the first specific error of the failing process, wrappers skipped, validation errors expanded).
+
 The same wording is used when conduit refuses a GPU launch before starting (``preflight_memory``), so a
 person sees one explanation whichever side noticed.
 """
@@ -16,8 +19,9 @@ import re
 import signal
 from collections.abc import Callable, Sequence
 
-from conduit.daemon.vllm import causes, distcauses
+from conduit.daemon.vllm import causes, configcauses, distcauses
 from conduit.daemon.vllm.causes import Diagnosis, gpu_memory_diagnosis
+from conduit.daemon.vllm.rootcause import root_cause
 
 __all__ = ["Diagnosis", "diagnose", "gpu_memory_diagnosis"]
 
@@ -41,11 +45,14 @@ def diagnose(
         port: the configured port, named in the port-in-use reason.
         model: the configured model, named when the log does not say.
 
-    Returns a Diagnosis; kind ``exited`` with the last error-looking line when nothing specific matched.
+    Returns a Diagnosis; kind ``exited`` with the root cause (``rootcause.root_cause``: the failing process's
+    first specific error, wrappers skipped) when nothing specific matched.
     """
     text = log_tail
+    rc = root_cause(text)
     rules: list[Callable[[], Diagnosis | None]] = [
         *(functools.partial(rule, text) for rule in _RULES),
+        *(functools.partial(rule, text, rc, model) for rule in configcauses.RULES),
         lambda: causes.ports(text, port), lambda: causes.model_missing(text, model),
         lambda: causes.weights_missing(text, model), lambda: causes.tokenizer_missing(text, model),
         lambda: causes.arguments(text), lambda: causes.tool_parser(text)]
@@ -56,7 +63,7 @@ def diagnose(
             continue
         if d:
             return d
-    last = _last_error_line(text.splitlines())
+    last = rc.text[:240] if rc else _last_error_line(text.splitlines())
     code = f" with status {exit_code}" if exit_code is not None else ""
     if exit_code == 2 and not last:
         last = "argument error"

