@@ -47,12 +47,18 @@ def test_doctor_shows_each_fix_on_its_row_in_80_columns(temp_home: Path) -> None
     r = narrow(temp_home, "doctor")
     assert r.returncode == 1, r.stdout + r.stderr
     lines = _fits(r.stdout)
-    assert str(temp_home) not in r.stdout and "~/.claude/settings.json differs:" in r.stdout
-    row = [ln for ln in lines if ln.startswith("Claude Code")][0]
+    assert str(temp_home) not in r.stdout and "~/.cc-switch/settings.json differs:" in " ".join(r.stdout.split())
+    row = [ln for ln in lines if ln.startswith("CC Switch")][0]
     assert "drifted" in row
     at = lines.index(row)
     block = " ".join(" ".join(lines[at:at + 5]).split())
     assert "ANTHROPIC_BASE_URL" in block and "fix: run `conduit sync`" in block
+    # the sample's top-level "model" decides while no env.ANTHROPIC_MODEL outranks it (what the binary does)
+    row = [ln for ln in lines if ln.startswith("Claude Code")][0]
+    assert "overridden" in row
+    at = lines.index(row)
+    block = " ".join(" ".join(lines[at:at + 8]).split())
+    assert "fix: run `conduit sync`" in block and 'remove "model"' in block
     assert "conduit doctor --all" in r.stdout and "conduit doctor --diff" in r.stdout
     assert "--- " not in r.stdout  # the diffs only with --diff
     assert "+++ " in narrow(temp_home, "doctor", "--diff").stdout
