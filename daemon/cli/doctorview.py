@@ -85,6 +85,9 @@ def print_doctor(out: Console, report: dict[str, Any], *, show_all: bool, show_d
         state = shown_state(t)
         table.add_row(esc(t["display"]), f"[{STYLE.get(state, 'white')}]{esc(state)}[/]", esc(details(t)))
     out.print(table)
+    rests = [f"{t['display']} {t['key_at_rest']['where']}" for t in report["tools"].values() if t.get("key_at_rest")]
+    if rests:
+        out.print(f"keys at rest: {esc('; '.join(rests))}")
     if hidden:
         out.print(f"[dim]{len(hidden)} more tools not managed by the profile (`conduit doctor --all` lists them)[/]")
     diffs = [t for t in report["tools"].values() if t.get("diff")]

@@ -1,5 +1,7 @@
-"""``conduit key``: store, list, remove and rotate keys in conduit's own secrets file (thin; the work is in
-``conduit.daemon.config.secrets`` and, for ``rotate``, ``conduit.daemon.sync.rotate``).
+"""``conduit key``: store, list, remove and rotate keys in conduit's own secrets file or, with ``--keyring``, the
+OS keychain; move one into the keychain (``migrate``); print a channel's key into a pipe for a tool's key helper
+(``print``). Thin: the work is in ``conduit.daemon.config.secrets``, ``conduit.daemon.config.keychain``,
+``conduit.daemon.sync.rotate`` and ``conduit.daemon.sync.migrate``.
 
 ``conduit key set NAME`` reads the key from stdin when stdin is not a terminal (``pass show x | conduit key set
 x``, ``conduit key set x < file``), else from a prompt that does not echo. It never takes the key as an
@@ -25,7 +27,8 @@ commands = typer.Typer()  # this module's commands; the root app loads them lazi
 
 key_app = typer.Typer(
     name="key",
-    help="Store, list and remove keys in conduit's secrets file (~/.config/conduit/secrets.toml, mode 0600).",
+    help="Store, list and remove keys in conduit's secrets file (~/.config/conduit/secrets.toml, mode 0600) "
+    "or, with --keyring, in the OS keychain.",
     no_args_is_help=True,
 )
 commands.add_typer(key_app, name="key")
@@ -76,20 +79,28 @@ def refuse_key_argument(command: str, name: str, extra: list[str]) -> None:
 def set_(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Secret name, used in the profile as key = { secret = \"NAME\" }.")],
+    keyring: Annotated[bool, typer.Option("--keyring", help="Store it in the OS keychain (service `conduit`); "
+                                          "the profile reads it as key = { keyring = \"NAME\" }.")] = False,
 ) -> None:
     """Store a key read from stdin (or a hidden prompt) under NAME. Never pass the key as an argument."""
     refuse_key_argument("set", name, list(ctx.args))  # says nothing about the extra words: they may be the key
     if looks_like_key(name):
         key_set(name, "")  # raises the unechoed "looks like an API key" error before any prompt shows the name
-    typer.echo(key_set(name, read_key_input(name)))
-    unused = _unreferenced(name)
+    if keyring:
+        from conduit.daemon.config.keychain import keychain_key_set  # lazy: only this option
+
+        typer.echo(keychain_key_set(name, read_key_input(name)))
+    else:
+        typer.echo(key_set(name, read_key_input(name)))
+    unused = _unreferenced(name, "keyring" if keyring else "secret")
     if unused:
         typer.echo(f"warning: {unused}", err=True)
 
 
-def _unreferenced(name: str) -> str | None:
-    """A warning when the profile loads and no channel's key is ``{ secret = NAME }``: a typo of the name
-    stores a key nothing reads. None when it is referenced, or when there is no profile to ask."""
+def _unreferenced(name: str, kind: str = "secret") -> str | None:
+    """A warning when the profile loads and no channel's key is ``{ <kind> = NAME }`` (``kind``: ``secret`` or
+    ``keyring``): a typo of the name stores a key nothing reads. None when it is referenced, or when there is
+    no profile to ask."""
     from conduit.daemon.config.profile import did_you_mean, load_profile  # lazy: only after the key is stored
     from conduit.errors import ConduitError
 
@@ -97,12 +108,14 @@ def _unreferenced(name: str) -> str | None:
         profile = load_profile(state.profile)
     except ConduitError:
         return None
-    names = [ch.key.secret for ch in profile.model.channels.values() if ch.key is not None and ch.key.secret]
+    names = [str(getattr(ch.key, kind)) for ch in profile.model.channels.values()
+             if ch.key is not None and getattr(ch.key, kind)]
+    what = "secret" if kind == "secret" else "keyring entry"
     if name in names or not names:
-        return None if name in names else f"no channel in {profile.path} reads secret `{name}` yet"
-    return (f"no channel in {profile.path} reads secret `{name}` yet: " + did_you_mean(name, names)
+        return None if name in names else f"no channel in {profile.path} reads {what} `{name}` yet"
+    return (f"no channel in {profile.path} reads {what} `{name}` yet: " + did_you_mean(name, names)
             + f" (a typo: `conduit key rm {name}` and store it again under the right name; a channel you are "
-            f"about to add: give it `key = {{ secret = \"{name}\" }}`)")
+            f"about to add: give it `key = {{ {kind} = \"{name}\" }}`)")
 
 
 @key_app.command("list")
@@ -121,9 +134,27 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable
 
 
 @key_app.command("rm")
-def rm(name: Annotated[str, typer.Argument(help="Secret name to remove.")]) -> None:
+def rm(name: Annotated[str, typer.Argument(help="Secret name to remove.")],
+       keyring: Annotated[bool, typer.Option("--keyring", help="Remove it from the OS keychain.")] = False) -> None:
     """Remove the key stored under NAME."""
+    if keyring:
+        from conduit.daemon.config.keychain import keychain_key_rm  # lazy: only this option
+
+        typer.echo(keychain_key_rm(name))
+        return
     typer.echo(key_rm(name))
+
+
+@key_app.command("migrate")
+def migrate(name: Annotated[str, typer.Argument(help="Secret name in conduit's secrets file.")],
+            to: Annotated[str, typer.Option("--to", help="Where to: `keyring` (the OS keychain).")] = "keyring",
+            ) -> None:
+    """Move the key NAME from conduit's secrets file into the OS keychain, repoint the channels that read it,
+    and replace it by its fingerprint in conduit's backups."""
+    from conduit.daemon.sync.migrate import migrate_to_keyring  # lazy for start-up speed
+
+    for line in migrate_to_keyring(name, to=to, profile_path=state.profile).lines:
+        typer.echo(line)
 
 
 @key_app.command("rotate", context_settings=_EXTRA_WORDS)
@@ -144,3 +175,25 @@ def rotate_cmd(
     if result.report is not None and not result.report.ok:
         return 1
     return 0 if result.propagated or result.stored is None else 1
+
+
+@key_app.command("print")
+def print_key(channel: Annotated[str, typer.Argument(help="The channel whose key to print.")]) -> None:
+    """Print CHANNEL's key on stdout, read now from its key source: the command a tool runs to get the key
+    (Claude Code's apiKeyHelper, written by `conduit sync` with key_delivery = "reference"). Refused on a
+    terminal: the key would stay in its scrollback."""
+    from conduit.daemon.config.profile import load_profile  # lazy: only this command
+    from conduit.daemon.config.resolve import require_channel, resolve_channel
+
+    if sys.stdout is not None and sys.stdout.isatty():
+        raise BadArguments("`conduit key print` writes the key only into a pipe, never on a terminal",
+                           f"it is what a tool runs to get the key; `conduit key print {channel} | wc -c` checks "
+                           "that it works")
+    profile = load_profile(state.profile)
+    require_channel(profile, channel)
+    resolved = resolve_channel(profile, channel)
+    if resolved.key is None:
+        raise KeyError_(f"channel `{channel}` has no key source ({profile.path})",
+                        f'add key = {{ secret = "{channel}" }} to [channels.{channel}]')
+    sys.stdout.write(resolved.key + "\n")
+    sys.stdout.flush()

@@ -6,6 +6,7 @@ A channel names its source in the profile (docs/design.md "Keys")::
     key = { env = "TAOTOKEN_API_KEY" }                   # the daemon's environment, not your shell's
     key = { command = "pass show taotoken" }             # stdout is the key; run through /bin/sh
     key = { secret = "taotoken" }                        # conduit's secrets file, via `conduit key set`
+    key = { keyring = "taotoken" }                       # the OS keychain, via `conduit key set --keyring`
 
 Every key read passes through ``conduit.daemon.config.normalize.clean_key`` (re-exported here: the one
 cleaning step of every key source), and every key read is registered with the process-wide ``REDACTOR``
@@ -14,6 +15,7 @@ cleaning step of every key source), and every key read is registered with the pr
 Files (a key file, the secrets file) are read with ``conduit.fileio.read_regular_file``: a regular file only,
 never blocking (a FIFO cannot hang a sync), at most ``KEY_MAX_BYTES``. Commands run under
 ``conduit.daemon.config.keycommand.run_key_command``: a timeout, an output cap, the whole process group killed.
+Keychain entries are read by ``conduit.daemon.config.keychain``: a child process with a deadline.
 Errors are ``KeyError_`` naming the source (``KeySource.describe()``) with a hint; they never contain the key:
 nothing a command prints (stdout or stderr) is ever shown, only its exit status.
 """
@@ -31,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from conduit.daemon.config import paths
+from conduit.daemon.config.keychain import keyring_get
 from conduit.daemon.config.keycommand import run_key_command
 from conduit.daemon.config.normalize import CleanKey, clean_key, decode_key_bytes
 from conduit.daemon.config.redaction import REDACTOR
@@ -52,11 +55,12 @@ __all__ = [
 #: A key file or command output larger than this is not a key (the wrong file, a binary): refused, in bytes.
 KEY_FILE_MAX_BYTES = KEY_MAX_BYTES
 
-_SOURCES = ("file", "env", "command", "secret")
+_SOURCES = ("file", "env", "command", "secret", "keyring")
 
 
 class KeySource(BaseModel):
-    """Where one channel's key comes from: exactly one of ``file``, ``env``, ``command``, ``secret``.
+    """Where one channel's key comes from: exactly one of ``file``, ``env``, ``command``, ``secret``,
+    ``keyring``.
 
     Attributes:
         file: path of a file holding the key (``~`` is the user's home; a relative path is relative to
@@ -64,6 +68,7 @@ class KeySource(BaseModel):
         env: name of an environment variable of the process that reads the key (the daemon).
         command: a shell command whose standard output is the key (``pass show x``, ``op read op://...``).
         secret: a name in conduit's secrets file (``conduit key set NAME``).
+        keyring: a name in the OS keychain, service ``conduit`` (``conduit key set NAME --keyring``).
 
     Raises (on validation): pydantic ``ValidationError``; use ``key_source_from`` to get a ``ProfileError``.
     """
@@ -74,35 +79,40 @@ class KeySource(BaseModel):
     env: str | None = None
     command: str | None = None
     secret: str | None = None
+    keyring: str | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> KeySource:
         given = [name for name in _SOURCES if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError("a key source needs exactly one of file, env, command, secret")
+            raise ValueError("a key source needs exactly one of file, env, command, secret, keyring")
         value = getattr(self, given[0])
         if not value.strip():
             raise ValueError(f"the key source's `{given[0]}` is empty")
-        if self.secret is not None and not NAME_RE.fullmatch(self.secret):
-            raise ValueError("a secret name may hold only letters, digits, `_`, `.` and `-`")
+        for name in (self.secret, self.keyring):
+            if name is not None and not NAME_RE.fullmatch(name):
+                raise ValueError("a secret name may hold only letters, digits, `_`, `.` and `-`")
         if self.env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.env):
             raise ValueError("an environment variable name holds only letters, digits and `_`")
         return self
 
     @property
     def kind(self) -> str:
-        """Which source this is: ``file``, ``env``, ``command`` or ``secret``."""
+        """Which source this is: ``file``, ``env``, ``command``, ``secret`` or ``keyring``."""
         return next(name for name in _SOURCES if getattr(self, name) is not None)
 
     def describe(self) -> str:
         """The source in words, for messages: ``key file ~/.config/conduit/keys/x``, ``environment variable
-        X``, ``command `pass show x```, ``secret `x` in ~/.config/conduit/secrets.toml``."""
+        X``, ``command `pass show x```, ``secret `x` in ~/.config/conduit/secrets.toml``, ``keyring entry
+        `x```."""
         if self.file is not None:
             return f"key file {self.file}"
         if self.env is not None:
             return f"environment variable {self.env}"
         if self.command is not None:
             return f"command `{self.command}`"
+        if self.keyring is not None:
+            return f"keyring entry `{self.keyring}`"
         return f"secret `{self.secret}` in {paths.display_path(paths.secrets_path())}"
 
 
@@ -119,7 +129,7 @@ def key_source_from(value: Any, *, where: str) -> KeySource:
     Raises:
         ProfileError: naming ``where``, with a hint.
     """
-    hint = 'write key = { file = "~/.config/conduit/keys/NAME" } (or env, command, secret)'
+    hint = 'write key = { file = "~/.config/conduit/keys/NAME" } (or env, command, secret, keyring)'
     if isinstance(value, str):
         raise ProfileError(
             f"{where}: the key itself must not be written in the profile",
@@ -145,7 +155,7 @@ def key_source_from(value: Any, *, where: str) -> KeySource:
 
 
 def key_file_path(source: KeySource, environ: Mapping[str, str] | None = None) -> Path | None:
-    """The file a key source reads, or None for ``env`` and ``command`` sources.
+    """The file a key source reads, or None for ``env``, ``command`` and ``keyring`` sources.
 
     ``file``: ``~`` is ``$HOME`` of ``environ`` (default ``os.environ``), a relative path is relative to
     ``paths.config_dir()``. ``secret``: conduit's secrets file (``paths.secrets_path()``). The daemon watches
@@ -182,7 +192,8 @@ def read_key(source: KeySource, *, environ: Mapping[str, str] | None = None, tim
         KeyError_: the file is missing, unreadable, not a regular file (a FIFO, a device, a directory) or over
             ``KEY_MAX_BYTES``; the variable is unset or empty; the command failed, was killed, timed out or
             printed more than ``KEY_MAX_BYTES`` (its exit status only: never what it printed); the secret is
-            missing; or ``clean_key`` refused the key.
+            missing; the keychain has no such entry, no usable backend, a locked collection or did not answer
+            within its bound (``conduit.daemon.config.keychain``); or ``clean_key`` refused the key.
     """
     env = os.environ if environ is None else environ
     if source.file is not None:
@@ -191,6 +202,8 @@ def read_key(source: KeySource, *, environ: Mapping[str, str] | None = None, tim
         clean = _read_env(source, env)
     elif source.command is not None:
         clean = _read_command(source, env, timeout_s)
+    elif source.keyring is not None:
+        clean = _read_keyring(source, env)
     else:
         clean = _read_secret(source)
     REDACTOR.add([clean.key])
@@ -256,6 +269,17 @@ def _read_secret(source: KeySource) -> CleanKey:
             hint=f"run `conduit key set {source.secret}` (it reads the key from stdin or a hidden prompt)",
         )
     return _with_notices(clean_key(value, source=source.describe()), store.notices)
+
+
+def _read_keyring(source: KeySource, environ: Mapping[str, str]) -> CleanKey:
+    assert source.keyring is not None
+    value = keyring_get(source.keyring, environ=environ)
+    if value is None:
+        raise KeyError_(
+            f"{source.describe()} does not exist in the keychain (service `conduit`)",
+            hint=f"run `conduit key set {source.keyring} --keyring` (it reads the key from stdin or a hidden prompt)",
+        )
+    return clean_key(value, source=source.describe())
 
 
 def _read_command(source: KeySource, environ: Mapping[str, str], timeout_s: float) -> CleanKey:

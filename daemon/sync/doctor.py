@@ -21,6 +21,7 @@ from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.config.routing import reading_problem
 from conduit.daemon.sync.drift import changed_keys, drift_remedy
 from conduit.daemon.sync.engine import ToolReport, sync
+from conduit.daemon.sync.keyrest import key_at_rest
 from conduit.daemon.sync.lock import daemon_activity
 from conduit.daemon.sync.outrank import apply_blockers, blockers_for
 from conduit.daemon.sync.state import profile_error, read_state, tool_facts
@@ -53,7 +54,7 @@ def doctor(profile_path: str | Path | None = None, env: Env | None = None,
         adapter's ``ToolFacts.as_dict()``) and ``summary`` (its one line for the table); ``daemon`` has
         ``running``, ``pid``, ``last_sync``, ``profile_error`` and ``stalled_for_s`` (seconds, or None; set when
         the loop is stalled, which also makes ``ok`` False and adds a warning).
-        Also per tool: ``installed`` (``_installed``), ``changed_files`` and ``changed_keys`` (``_sync_state``).
+        Per tool too: ``installed``, ``changed_files``, ``changed_keys``, ``key_at_rest`` (``_key_at_rest``).
         ``cannot_use_gateway``: installed tools of ``NO_CUSTOM_GATEWAY`` (see ``_no_gateway_tools``).
     """
     env = env or Env()
@@ -144,9 +145,27 @@ def _tool_state(entry: dict[str, Any], report: dict[str, Any], name: str, adapte
         entry["state"] = "not_managed"
     else:
         _sync_state(entry, tr, adapter)
+        _key_at_rest(entry, report, name, tr, resolver, env)
         report["warnings"] += apply_blockers(entry, blockers_for(adapter, name, resolver, env))
         if entry["state"] in NOT_OK:
             report["ok"] = False
+
+
+def _key_at_rest(entry: dict[str, Any], report: dict[str, Any], name: str, tr: ToolReport, resolver: Resolver,
+                 env: Env) -> None:
+    """``entry["key_at_rest"]`` (``conduit.daemon.sync.keyrest.key_at_rest``) and its warnings; nothing when the
+    tool's key cannot be read (its state already says why), or when its files are not in sync and hold no key
+    (a reference is not told from a file not written yet)."""
+    try:
+        key = resolver.tool_settings(name).key
+    except ConduitError:
+        return
+    rest = key_at_rest(entry["display"], [r.path for r in tr.results], key, config_home=env.config_home(),
+                       home=env.home)
+    if tr.status != "unchanged" and not rest["files"]:
+        return
+    entry["key_at_rest"] = {"where": rest["where"], "files": rest["files"]}
+    report["warnings"] += rest["warnings"]
 
 
 NOT_OK = ("drifted", "not_synced", "error", "unsupported", "overridden", "untrusted", "refused")

@@ -8,9 +8,11 @@ Steps (the second everyday use of docs/design.md: rotate a key in one place):
    (``Authorization: Bearer`` or ``x-api-key``). 401/403 refuses; a network error refuses; ``--force`` stores
    anyway. Other answers (404: the gateway has no models list) are reported and do not refuse.
 3. It is stored where the channel's key source lives: ``secret`` -> conduit's secrets file; ``file`` -> that
-   file, rewritten atomically with mode 0600. ``env`` and ``command`` sources are refused with a hint: conduit
+   file, rewritten atomically with mode 0600; ``keyring`` -> the OS keychain entry (``conduit.daemon.config.
+   keychain``, bounded in time). ``env`` and ``command`` sources are refused with a hint: conduit
    cannot change a variable in another process or a password manager's entry.
-4. A running ``conduit daemon`` (``conduit.daemon.sync.lock``) sees the key file change and syncs every tool;
+4. A running ``conduit daemon`` (``conduit.daemon.sync.lock``) sees the key file change (a keychain entry has
+   no file: the daemon is sent SIGHUP, which re-reads the keys) and syncs every tool;
    rotation waits for the state file to show the new key's fingerprint. Without a daemon, a direct sync runs.
 5. The old key is never written again: the propagating sync's backups are redacted as they are written, and
    every older backup that holds it is redacted in place (``conduit.daemon.sync.scrub``). Neither key is ever
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +31,7 @@ from pathlib import Path
 import httpx
 
 from conduit.daemon.config.gateway import GatewayTimeout, auth_headers, read_bounded
+from conduit.daemon.config.keychain import keyring_set
 from conduit.daemon.config.normalize import clean_key
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.redaction import REDACTOR
@@ -140,6 +144,9 @@ def store_key(profile: LoadedProfile, channel: str, key: str) -> str:
                         "change what it prints. Nothing was stored",
                         "update the entry in your password manager, then run `conduit sync` (or send the "
                         "daemon SIGHUP: `systemctl --user reload conduit-sync`)")
+    if src.keyring is not None:
+        keyring_set(src.keyring, key)
+        return f"keyring entry `{src.keyring}`"
     if src.secret is not None:
         store = SecretsStore()
         store.set(src.secret, key)
@@ -202,8 +209,7 @@ def rotate_key(channel: str, raw_key: str, *, profile_path: str | Path | None = 
     result = RotateResult(channel=channel, fingerprint=fingerprint(new))
     old: str | None = None
     if src is not None:
-        with contextlib.suppress(KeyError_):
-            old = read_key(src).key
+        old = _old_key(src)
     if old == new:
         result.lines.append(f"channels.{channel}: this key ({result.fingerprint}) is already in use; nothing changed")
         return result
@@ -215,6 +221,9 @@ def rotate_key(channel: str, raw_key: str, *, profile_path: str | Path | None = 
     olds = [old] if old else []
     pid = running_daemon_pid()
     if pid is not None:
+        if src is not None and src.keyring is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGHUP)  # no file changed for it to notice: re-read the keys now
         _await_daemon(result, pid, since, wait_s)
     else:
         _sync_directly(result, profile_path, olds)
@@ -232,6 +241,17 @@ def _rotatable_source(profile: LoadedProfile, channel: str) -> KeySource | None:
     if src is not None and (src.env is not None or src.command is not None):
         store_key(profile, channel, "")
     return src
+
+
+def _old_key(src: KeySource) -> str | None:
+    """The key the source holds now (to scrub it from backups afterwards), None when it holds none or cannot be
+    read; a keychain that does not answer or has no backend is raised (``KeyError_``): storing would fail too."""
+    try:
+        return read_key(src).key
+    except KeyError_ as exc:
+        if src.keyring is not None and "does not exist" not in exc.message:
+            raise
+        return None
 
 
 def _check_or_refuse(profile: LoadedProfile, channel: str, key: str, *, force: bool,

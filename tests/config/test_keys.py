@@ -104,11 +104,15 @@ def test_key_source_needs_exactly_one() -> None:
     for value in ({}, {"file": "~/k", "env": "X"}, {"env": "X", "command": "c", "secret": "s"}):
         with pytest.raises(ValidationError) as info:
             KeySource.model_validate(value)
-        assert "a key source needs exactly one of file, env, command, secret" in str(info.value)
+        assert "a key source needs exactly one of file, env, command, secret, keyring" in str(info.value)
     with pytest.raises(ValidationError):
         KeySource.model_validate({"file": "~/k", "path": "x"})  # extra="forbid"
     with pytest.raises(ValidationError):
         KeySource(secret="bad name")
+    with pytest.raises(ValidationError):
+        KeySource(keyring="bad name")
+    with pytest.raises(ValidationError):
+        KeySource(secret="a", keyring="a")
 
 
 def test_describe(temp_home: Path) -> None:
@@ -116,6 +120,7 @@ def test_describe(temp_home: Path) -> None:
     assert KeySource(env="TAO_KEY").describe() == "environment variable TAO_KEY"
     assert KeySource(command="pass show x").describe() == "command `pass show x`"
     assert KeySource(secret="tao").describe() == "secret `tao` in ~/.config/conduit/secrets.toml"
+    assert KeySource(keyring="tao").describe() == "keyring entry `tao`"
 
 
 def test_key_source_from_profile_value_never_echoes_a_pasted_key() -> None:
@@ -126,7 +131,8 @@ def test_key_source_from_profile_value_never_echoes_a_pasted_key() -> None:
     with pytest.raises(ProfileError) as info:
         key_source_from({"file": KEY, "env": "X"}, where="p: channels.a.key")
     assert KEY not in str(info.value)
-    assert info.value.message == "p: channels.a.key: a key source needs exactly one of file, env, command, secret"
+    assert info.value.message == ("p: channels.a.key: a key source needs exactly one of file, env, command, secret, "
+                                  "keyring")
 
 
 # ------------------------------------------------------------------------------------------ key files
