@@ -405,6 +405,13 @@ class Keeper:
                 finally:
                     self.vllm, self._vllm_task = None, None
             return
+        if sup is not None and getattr(sup, "observes", False) == new.manage:  # manage flipped: another kind
+            log.info("[vllm].manage changed: %s", "observing, not launching" if not new.manage else "launching")
+            try:
+                await sup.aclose(stop_vllm=True)  # an observer stops nothing; a supervisor stops its vLLM
+            finally:
+                self.vllm, self._vllm_task = None, None
+            sup = None
         if sup is not None and self._vllm_task is not None and self._vllm_task.done():
             log.error("the vLLM supervisor ended unexpectedly (%r); starting a new one",
                       self._vllm_task.exception() if not self._vllm_task.cancelled() else "cancelled")
@@ -416,7 +423,8 @@ class Keeper:
                 sup.autostart = False
                 self.cluster.attach(sup)
             self._vllm_task = asyncio.create_task(sup.run(), name="vllm")
-            log.info("supervising vLLM for model %s at %s", new.name, new.base_url)
+            log.info("%s for model %s at %s", "supervising vLLM" if new.manage else "observing the engine",
+                     new.name, new.base_url)
             return
         if self.cluster is not None and self.cluster.supervisor is None and self.cluster.head:
             self.cluster.attach(sup)

@@ -197,6 +197,7 @@ class GpuInfo(Body):
     processes: list[GpuProcessInfo]
     errors: dict[str, str] = Field(description="field -> NVML's reason, for every field that is null")
     window: GpuWindow | None
+    compute_capability: int | None = Field(default=None, description="CUDA compute capability, major x 10 + minor")
 
 
 class Gpus(Body):
@@ -279,6 +280,11 @@ class VllmBody(OpenBody):
     log_path: str | None = None
     kv_cache: dict[str, Any] | None = Field(default=None, description="vLLM's 'KV cache size' log line")
     history: list[list[Any]] = Field(default_factory=list, description="[[state, unix_s], ...], the last 64")
+    managed: bool | None = Field(default=None, description="false: an engine conduit observes ([vllm] manage = "
+                                 "false, conduit.daemon.vllm.observer.Observer), never starts or stops")
+    engine: str | None = Field(default=None, description="an observed engine's kind: vllm or ollama")
+    ollama: dict[str, Any] | None = Field(default=None, description="an observed Ollama: version, loaded models "
+                                          "(/api/ps), the served model's context window")
     message: str | None = None
 
 

@@ -111,11 +111,27 @@ def _supervisor_factory(redactor: Redactor) -> Callable[[VllmSettings], Supervis
 
     def make(settings: VllmSettings) -> Supervisor:
         # Lazy for start-up speed: the supervisor (and what it imports) loads only for a profile with [vllm].
+        if not settings.manage:  # an engine the person runs: observed, never launched (docs/engines.md)
+            from conduit.daemon.vllm.observer import Observer
+
+            return Observer(settings, redactor=redactor, on_windows=_keep_windows)  # type: ignore[return-value]
         from conduit.daemon.vllm.supervisor import Supervisor
 
         return Supervisor(settings, memory_probe=memory_by_index, redactor=redactor)
 
     return make
+
+
+def _keep_windows(windows: dict[str, int]) -> None:
+    """An observed engine's context windows (an Ollama's ``/api/ps``) into the ``local`` channel's catalog,
+    where the tools' settings read them (``conduit.daemon.catalog.models.write_windows``)."""
+    from conduit.daemon.catalog.models import write_windows
+    from conduit.daemon.config.profile import LOCAL_CHANNEL
+
+    try:
+        write_windows(LOCAL_CHANNEL, windows)
+    except OSError as exc:
+        log.warning("cannot keep the engine's context windows: %s", exc)
 
 
 def _unknown_channel(name: str, known: list[str]) -> web.Response:

@@ -160,6 +160,7 @@ def checks_for(profile: LoadedProfile) -> tuple[list[ToolCheck], dict[str, str]]
             continue
         timeout = min(TIMEOUT_S, rc.timeout_s or TIMEOUT_S)
         local = profile.vllm if channel in profile.implicit_channels else None
+        local = local if local is not None and local.manage else None  # an observed engine's flags are not ours
         for protocol, users in _protocols(profile, who, set(rc.roots)).items():
             target = ProbeTarget(channel=channel, protocol=protocol, root=rc.roots[protocol], key=rc.key,
                                  auth=rc.auth, timeout_s=timeout)

@@ -22,6 +22,7 @@ stale cache, ``conduit use``) keep their start-up light.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -211,9 +212,10 @@ def write_cache(catalog: Catalog) -> None:
     atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode("utf-8"), 0o600)
 
 
-def read_cache(channel: str, base_url: str | None = None) -> Catalog | None:
+def read_cache(channel: str, base_url: str | None = None, *, windows: bool = True) -> Catalog | None:
     """The cached list of ``channel``, or None when there is none, it is unreadable, over ``CACHE_MAX_BYTES``,
-    malformed, or (with ``base_url``) fetched from another base URL. Never raises."""
+    malformed, or (with ``base_url``) fetched from another base URL; with ``windows`` the contexts
+    ``write_windows`` kept are filled in where the list has none. Never raises."""
     try:
         doc = json.loads(read_regular_file(cache_path(channel), max_bytes=CACHE_MAX_BYTES, what="model cache"))
         models = tuple(ModelInfo(one_line(m["id"]), _positive_int(m.get("context_window")),
@@ -224,7 +226,37 @@ def read_cache(channel: str, base_url: str | None = None) -> Catalog | None:
         return None
     if got.channel != channel or (base_url is not None and got.base_url != base_url):
         return None
+    learned = read_windows(channel) if windows else {}
+    if learned:
+        got = dataclasses.replace(got, models=tuple(
+            dataclasses.replace(m, context_window=learned[m.id]) if m.context_window is None and m.id in learned
+            else m for m in got.models))
     return got
+
+
+def windows_path(channel: str) -> Path:
+    """``state_dir()/models/<channel>.windows.json``: context windows learned from the engine itself."""
+    return paths.state_dir() / "models" / f"{_SAFE_NAME.sub('_', channel)}.windows.json"
+
+
+def write_windows(channel: str, windows: dict[str, int]) -> None:
+    """Keep ``{model id: context tokens}`` that the channel's ``/models`` does not say (an observed Ollama's
+    ``/api/ps`` ``context_length``: conduit.daemon.vllm.ollama); ``read_cache`` fills them in for models listed
+    without a context. Written 0600, atomically. Raises OSError when the state directory cannot be written."""
+    path = windows_path(channel)
+    make_private_dirs(path.parent)
+    doc = {"channel": channel, "windows": {k: v for k, v in windows.items() if _positive_int(v)}}
+    atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode("utf-8"), 0o600)
+
+
+def read_windows(channel: str) -> dict[str, int]:
+    """What ``write_windows`` kept for ``channel``; ``{}`` when nothing (or a damaged file). Never raises."""
+    try:
+        doc = json.loads(read_regular_file(windows_path(channel), max_bytes=CACHE_MAX_BYTES, what="model windows"))
+        got = doc["windows"] if doc.get("channel") == channel else {}
+        return {k: n for k, v in got.items() if isinstance(k, str) and (n := _positive_int(v))}
+    except (OSError, ConduitError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return {}
 
 
 def refresh(channel: ResolvedChannel, *, timeout_s: float = FETCH_TIMEOUT_S) -> Catalog:
@@ -248,7 +280,7 @@ def remember(channel: str, base_url: str, body: bytes | bytearray) -> Catalog | 
         return None
     try:
         models = tuple(parse_models(json.loads(body)))
-        cached = read_cache(channel, base_url)
+        cached = read_cache(channel, base_url, windows=False)
         if cached is not None and cached.models == models and cached.age_s() < REMEMBER_REFRESH_S:
             return cached
         got = Catalog(channel, base_url, time.time(), models)
@@ -277,4 +309,5 @@ def cache_max_age_s() -> float:
 
 
 __all__ = ["BODY_MAX_BYTES", "CACHE_MAX_BYTES", "Catalog", "CatalogError", "ModelInfo", "REMEMBER_REFRESH_S", "cache_max_age_s",
-           "cache_path", "current", "fetch", "models_base", "parse_models", "read_cache", "refresh", "remember", "write_cache"]
+           "cache_path", "current", "fetch", "models_base", "parse_models", "read_cache", "read_windows", "refresh", "remember",
+           "windows_path", "write_cache", "write_windows"]

@@ -8,8 +8,8 @@ Exit codes (docs/design.md, pg_isready style): 0 ready, 1 not ready (timeout), 2
 3 bad arguments.
 
 Import cost matters here: ``conduit status --json`` and ``conduit wait`` run in loops, so this module
-imports only typer (already loaded by the CLI) and two standard-library-only modules (``conduit.units``,
-``conduit.daemon.agent.wait``) at the top; the agent (aiohttp, psutil, pynvml) loads only in
+imports only typer (already loaded by the CLI) and standard-library-only modules (``conduit.units``,
+``conduit.daemon.agent.wait``, ``engineview``) at the top; the agent (aiohttp, psutil, pynvml) loads only in
 ``conduit agent``, httpx only when a client is made, rich only for the table.
 """
 
@@ -26,6 +26,7 @@ import typer
 from conduit.daemon.agent.wait import EXIT_READY, Conditions, wait_until
 from conduit.daemon.cli.app import state
 from conduit.daemon.cli.clusterview import print_cluster
+from conduit.daemon.cli.engineview import ollama_lines
 from conduit.errors import BadArguments
 from conduit.units import format_bytes, parse_duration, parse_size
 
@@ -191,6 +192,8 @@ def vllm_lines(vllm: dict[str, Any]) -> list[str]:
         bits.append(f"pid {vllm['pid']}" + (", adopted" if vllm.get("adopted") else ""))
     if vllm.get("restarts"):
         bits.append(f"restarts {vllm['restarts']}")
+    if vllm.get("managed") is False:
+        bits.append(f"observed {vllm.get('engine') or 'engine'}, manage = false")
     if bits:
         head += f" ({', '.join(bits)})"
     if vllm.get("base_url"):
@@ -220,6 +223,7 @@ def vllm_lines(vllm: dict[str, Any]) -> list[str]:
                  f"generation {_num(m.get('generation_tokens_per_s'))} "
                  f"(total {_count(m.get('prompt_tokens_total'))} / {_count(m.get('generation_tokens_total'))})")
         lines.append("  " + "; ".join([*lat, rates]))
+    lines += ollama_lines(vllm.get("ollama"))
     if state not in ("stopped", "stopping", "not_configured"):  # a stopped server's warnings are history
         for w in (vllm.get("warnings") or [])[-5:]:
             lines.append(f"  warning: {w}")

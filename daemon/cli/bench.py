@@ -179,6 +179,10 @@ def run_bench(o: BenchOptions) -> int:
 
     Returns: 0, or 1 when no request succeeded. Raises what ``build_config`` and the writers raise.
     """
+    if o.dataset is not None and o.dataset.partition(":")[0] == "agent":  # sessions of turns, not a sweep
+        from conduit.daemon.cli.bench_agent import run_agent_bench
+
+        return run_agent_bench(o, _endpoint)
     if o.compare_vllm:
         return _run_compare_vllm(o)
     if o.keep:
@@ -210,6 +214,8 @@ def run_bench(o: BenchOptions) -> int:
 
 
 _Opt = typer.Option
+_DATASET_HELP = ("random, jsonl:PATH (ShareGPT conversations), or agent[:sessions=4,turns=4,prefix=1024,turn=64,"
+                 "gap=2s] (multi-turn sessions sharing a long system prompt).")
 _VLLM_HELP = ("KEY=VALUE (repeatable): bench the supervised vLLM, set this in [vllm], wait for the agent to "
               "relaunch it, bench again, compare, restore.")
 
@@ -233,7 +239,7 @@ def bench(
     max_concurrency: Annotated[int | None, _Opt(help="Open loop: at most this many requests in flight.")] = None,
     goodput: Annotated[str | None, _Opt(help="SLOs in ms, e.g. ttft:500,tpot:50 (also e2el): requests meeting "
                                              "all, per second.")] = None,
-    dataset: Annotated[str | None, _Opt(help="random, or jsonl:PATH (ShareGPT conversations).")] = None,
+    dataset: Annotated[str | None, _Opt(help=_DATASET_HELP)] = None,
     prompt_tokens: Annotated[int | None, _Opt("--prompt-tokens", "--input-len",
                                               help="Synthetic prompt length in the server's tokens.")] = None,
     prompts: Annotated[Path | None, _Opt(help="Prompts file: one per line, or JSON Lines.")] = None,

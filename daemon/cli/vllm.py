@@ -150,6 +150,9 @@ _printed: set[str] = set()
 def run_cmd(as_json: bool = typer.Option(False, "--json", help="Print the final snapshot as JSON.")) -> int:
     """Run vLLM in the foreground from the profile's vllm table until Ctrl-C (then stop it cleanly)."""
     settings = settings_from_profile(state.profile)
+    if not settings.manage:
+        raise ConduitError(f"the profile's [vllm] has manage = false: the engine at {settings.base_url} is "
+                           "observed, not run by conduit", "run it yourself, or set manage = true")
     snap = asyncio.run(run_foreground(settings, _print_change))
     if as_json:
         out.print_json(json.dumps(snap))
@@ -240,7 +243,25 @@ def vllm_action(client: Any, action: str, *, wait_ready_s: float | None = None, 
     return code, snap, line
 
 
+def observed_refusal(action: str, profile: str | None) -> str | None:
+    """Why ``action`` is refused when the profile's ``[vllm]`` has ``manage = false`` (an engine conduit only
+    observes), else None; a profile that cannot be read refuses nothing here (the agent still judges)."""
+    try:
+        settings = settings_from_profile(profile)
+    except (ConduitError, OSError):
+        return None
+    if settings.manage:
+        return None
+    return (f"cannot {action} the engine at {settings.base_url}: the profile's [vllm] has manage = false "
+            "(conduit only observes an engine you run yourself); "
+            f"{action} it the way you run it (docker, systemd...), or set manage = true for conduit to launch it")
+
+
 def _agent_action(action: str, wait: bool, timeout: str, socket: Path | None) -> int:
+    refused = observed_refusal(action, state.profile)
+    if refused:
+        err.print(f"error: {refused}", markup=False, soft_wrap=True)
+        return EXIT_FAILED
     wait_s = parse_duration(timeout) if wait else None
     with AgentClient(socket, timeout_s=45.0) as client:
         code, snap, line = vllm_action(client, action, wait_ready_s=wait_s)

@@ -284,6 +284,8 @@ def _vllm(vllm: dict[str, Any], bar_w: int) -> list[RenderableType]:
         head.append(f" · model {vllm['served_model_name']}")
     if vllm.get("restarts"):
         head.append(f" · restarts {vllm['restarts']}")
+    if vllm.get("managed") is False:
+        head.append(f" · observed {vllm.get('engine') or 'engine'} (manage = false)", style="dim")
     lines: list[RenderableType] = [head]
     fail = vllm.get("last_failure")
     if fail and state in ("failed", "restarting", "starting", "unhealthy"):
@@ -301,6 +303,10 @@ def _vllm(vllm: dict[str, Any], bar_w: int) -> list[RenderableType]:
         lines.append(Text(f"  TTFT p50 {_ms(ttft.get('p50_ms'))} · p95 {_ms(ttft.get('p95_ms'))} · "
                           f"tokens/s generation {_num(m.get('generation_tokens_per_s'))} · "
                           f"prompt {_num(m.get('prompt_tokens_per_s'))}"))
+    if vllm.get("ollama"):
+        from conduit.daemon.cli.engineview import ollama_lines
+
+        lines += [Text(line) for line in ollama_lines(vllm["ollama"])]
     if state not in ("stopped", "stopping"):
         lines += [Text(f"  warning: {w}", style="yellow") for w in (vllm.get("warnings") or [])[-2:]]
     return lines

@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import sys
 from typing import Literal
 
@@ -102,6 +104,15 @@ class VllmSettings(BaseModel):
 
     model: str = Field(min_length=1, description="local directory or hub model name (--model)")
     served_model_name: str | None = Field(default=None, description="the name clients use; default: `model` as written")
+    manage: Bool = Field(default=True, description="true: conduit launches and supervises vLLM; false: it only "
+                         "observes an engine you run yourself at `url` (docs/engines.md)")
+    url: str | None = Field(default=None, description="with manage = false: the engine's root "
+                            "(`http://10.0.0.5:8000`, an Ollama's `http://127.0.0.1:11434`); default: host and port")
+    engine: Literal["vllm", "ollama"] | None = Field(default=None, description="with manage = false: the kind of "
+                                                     "engine; default: detected (Ollama answers `/api/version`)")
+    log_command: list[str] | None = Field(default=None, description="with manage = false: a command printing the "
+                                          "engine's recent log (`docker logs --tail 500 vllm`), run without a "
+                                          "shell, bounded in time and output; failures are diagnosed from it")
     host: str = Field(default="127.0.0.1", description="where vLLM listens")
     port: Int = Field(default=8000, ge=1, le=65535, description="where vLLM listens")
     api_key: SecretStr | None = Field(default=None, description='the key clients must send: a key source (`{ secret = "vllm" }`, `{ file = ... }`...) or the key itself; given to vLLM in its environment, never on its command line')
@@ -144,6 +155,39 @@ class VllmSettings(BaseModel):
             raise ValueError("extra_args holds an empty string; remove it")
         return v
 
+    @field_validator("log_command", mode="before")
+    @classmethod
+    def _split_log_command(cls, v: object) -> object:
+        if isinstance(v, str):  # written as one line: split as a shell would, but never run through one
+            try:
+                v = shlex.split(v)
+            except ValueError as exc:
+                raise ValueError(f"cannot split the command: {exc}") from None
+        if isinstance(v, list) and not v:
+            raise ValueError("an empty command")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _engine_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        v = v.strip().rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("not an http:// or https:// URL (write the engine's root, e.g. http://127.0.0.1:8000)")
+        return v[: -len("/v1")] if v.endswith("/v1") else v
+
+    @model_validator(mode="after")
+    def _observe_only_keys(self) -> VllmSettings:
+        if self.manage:
+            given = [k for k in ("url", "engine", "log_command") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to an engine you run yourself: add manage = false "
+                                 "(or use host and port for one conduit launches)")
+        elif self.cluster is not None:
+            raise ValueError("[vllm.cluster] needs manage = true: conduit launches a cluster's processes")
+        return self
+
     @model_validator(mode="after")
     def _python_or_command(self) -> VllmSettings:
         if self.python and self.command:
@@ -165,7 +209,10 @@ class VllmSettings(BaseModel):
 
     @property
     def base_url(self) -> str:
-        """``http://host:port`` (no ``/v1``); a wildcard bind host is reached through 127.0.0.1."""
+        """``http://host:port`` (no ``/v1``); a wildcard bind host is reached through 127.0.0.1. An observed
+        engine's ``url`` (``manage = false``) when given."""
+        if self.url is not None and not self.manage:
+            return self.url
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         if ":" in host:
             host = f"[{host}]"

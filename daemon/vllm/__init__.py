@@ -14,4 +14,6 @@ reason and one fix from a failed start-up's log tail) and ``metrics.parse`` / ``
 - ``diagnose`` / ``causes`` / ``distcauses`` / ``reports`` / ``logs``: failures recognised in vLLM's own
   words, what is reported (masked), the rotated log file.
 - ``cluster`` / ``raynode``: one vLLM over several nodes, through Ray.
+- ``observer`` / ``ollama``: an engine someone else runs (``[vllm] manage = false``), a vLLM or an Ollama, read
+  over HTTP with the supervisor's face; nothing launched.
 """
