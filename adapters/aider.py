@@ -22,8 +22,10 @@ Facts (Aider-AI/aider ``aider/main.py``, ``aider/args.py``; aider.chat docs "YAM
   ``max_input_tokens`` is what Aider checks a chat against; without an entry it warns "Unknown context window
   size and costs, using sane defaults". conduit owns only the entry of the profile's model.
 - ``outranks``: an ``AIDER_*`` variable for an owned key, in the shell or any ``.env`` (home, git root, cwd;
-  later wins, and a ``.env`` beats the shell), or a git-root/cwd ``.aider.conf.yml`` with its own value. A
-  plain ``OPENAI_API_BASE``/``OPENAI_API_KEY`` does not win: Aider sets both from the YAML's values.
+  later wins, and a ``.env`` beats the shell), or a git-root/cwd ``.aider.conf.yml`` with its own value; a
+  shortcut switch (``AIDER_SONNET=true``) only where no model is set anywhere (``conduit.adapters.
+  aider_precedence``; docs/formats/aider.md). A plain ``OPENAI_API_BASE``/``OPENAI_API_KEY`` does not win:
+  Aider sets both from the YAML's values.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from conduit.adapters.aider_precedence import DOTENV_SCOPE, RULES, YAML_SCOPE, shortcut_blockers
 from conduit.adapters.base import (
     AdapterDefaults,
     ClientView,
@@ -56,13 +59,13 @@ from conduit.adapters.declarations import (
     Competing,
     OneShot,
     Package,
-    git_root,
     read_env_quietly,
 )
 from conduit.adapters.formats.jsonfile import json_target, parse_json_object
 from conduit.adapters.formats.masking import shown
 from conduit.adapters.formats.textformats import parse_yaml, tool_version, yaml_target
 from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.precedence import Rule
 from conduit.errors import ToolFileError
 
 SECRETS = ("openai-api-key",)
@@ -112,6 +115,7 @@ class Aider(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    precedence: ClassVar[tuple[Rule, ...]] = RULES  # conduit.adapters.aider_precedence
 
     def verify_files(self, env: Env) -> list[Path]:
         """``~/.aider.conf.yml``, ``~/.env``, ``~/.aider.model.settings.yml`` and ``~/.aider.model.metadata.json``."""
@@ -176,10 +180,8 @@ class Aider(AdapterDefaults):
             wanted["weak-model"] = f"openai/{settings.small_model}"
         dotenvs = [(p, read_env_quietly(p)) for p in _dotenv_paths(env)]
         home = conf_path(env)
-        root = git_root(env.cwd)
-        yamls = [(p, _read_yaml(p)) for p in dict.fromkeys(
-            [*([root / ".aider.conf.yml"] if root else []), env.cwd / ".aider.conf.yml"]) if p != home and p.exists()]
-        out = []
+        yamls = [(p, _read_yaml(p)) for p in YAML_SCOPE.candidates(env.cwd) if p != home and p.exists()]
+        out = shortcut_blockers(dotenvs, env, [*reversed(yamls), (home, _read_yaml(home))], wanted["model"])
         for key, value in wanted.items():
             var, secret = ENV_OVERRIDES[key], key in SECRETS
             hit = next(((str(p), vals[var]) for p, vals in reversed(dotenvs) if var in vals), None)
@@ -278,8 +280,7 @@ def _metadata_target(env: Env, settings: ToolSettings) -> Target:
 
 def _dotenv_paths(env: Env) -> list[Path]:
     """The ``.env`` files Aider loads, in order (later wins): ``~/.env``, the git root's, the working folder's."""
-    root = git_root(env.cwd)
-    return list(dict.fromkeys([env.home / ".env", *([root / ".env"] if root else []), env.cwd / ".env"]))
+    return list(dict.fromkeys([env.home / ".env", *DOTENV_SCOPE.candidates(env.cwd)]))
 
 
 def _effective(key: str, var: str, env: Env, dotenvs: dict[Path, dict[str, str]],

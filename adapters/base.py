@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from conduit.adapters.declarations import Blocker, Competing, ConfiguredBy, OneShot, Package
 from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 
 __all__ = [
     "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "CreateOptions", "Effective", "Env",
@@ -117,6 +118,10 @@ class ToolSettings:
         limits: what conduit wrote last into each limit key of this tool (``conduit.adapters.limits``): a
             render removes or replaces only values still its own. None (an adapter called directly): a fresh,
             empty ledger, so no value found in a file is taken for conduit's.
+        mcp: the MCP servers this tool gets (``conduit.adapters.mcp``), already filtered for it; None when the
+            profile has no ``[mcp]`` table (the tool's MCP entries are then left alone).
+        mcp_ledger: what conduit wrote last into each MCP server map of this tool (``McpLedger``); None (an
+            adapter called directly): a fresh, empty ledger.
     """
 
     tool: str
@@ -132,6 +137,8 @@ class ToolSettings:
     context_window: int | None = None
     max_output_tokens: int | None = None
     limits: LimitLedger | None = field(default=None, compare=False, repr=False)
+    mcp: tuple[McpServer, ...] | None = None
+    mcp_ledger: McpLedger | None = field(default=None, compare=False, repr=False)
 
     @property
     def key_or_placeholder(self) -> str:
@@ -294,6 +301,9 @@ class Adapter(Protocol):
     Optional: run_env: the method ``run_env(settings, env)``: the variables one session of the tool is started
         with by ``conduit run`` and printed by ``conduit env`` (``{VAR: value}``; ``None`` means "unset for the
         session"); default ``{}`` (configured by its files).
+    Optional: mcp: where the tool keeps MCP servers (``conduit.adapters.mcp.McpSupport``), or None (the default)
+        for a tool without MCP support; with it, ``mcp_path(env)`` gives the user file and ``plan`` merges
+        ``settings.mcp`` into it (``conduit.adapters.formats.mcpmap``).
     """
 
     name: ClassVar[str]
@@ -315,6 +325,11 @@ class Adapter(Protocol):
     model_routes: ClassVar[tuple[str, ...]]
     fresh_options: ClassVar[Mapping[str, object]]
     configured_by: ClassVar[ConfiguredBy]
+    mcp: ClassVar[McpSupport | None]
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """The user file holding the tool's MCP servers, or None without MCP support. Pure; never raises."""
+        ...
 
     def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
         """The environment of one session with ``settings``: ``{VAR: value}``, ``None`` = unset it; ``{}`` for a
@@ -365,6 +380,11 @@ class AdapterDefaults:
     keeps_user_choice: ClassVar[bool] = False
     verify_env: ClassVar[Mapping[str, str]] = {}
     configured_by: ClassVar[ConfiguredBy] = "files"
+    mcp: ClassVar[McpSupport | None] = None
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """The user file holding the tool's MCP servers (``mcp``), or None for a tool without MCP support."""
+        return None
 
     def require_dir(self, d: Path, create: bool, install: str | None = None, missing: str | None = None) -> None:
         """For ``plan``: raise ``NotFound`` when the tool's directory ``d`` does not exist and its ``create`` option

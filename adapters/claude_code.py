@@ -15,9 +15,10 @@ Facts (docs/formats/claude-code.md, from Claude Code's docs, changelog and issue
 - What bypasses the gateway although the file matches (``outranks``): ``CLAUDE_CODE_USE_BEDROCK`` /
   ``_VERTEX`` / ``_FOUNDRY`` (truthy: ``1``, ``true``, ``yes``, ``on``) in the shell or any settings file's
   ``env`` send requests to that cloud instead; ``apiKeyHelper`` in any settings file competes with the key
-  (docs rank it below the env keys; versions differ); a settings ``model`` key wins over ``ANTHROPIC_MODEL`` in
-  practice (anthropics/claude-code #42901, #69296); the auth variable conduit does not write, exported in the
-  shell, makes an auth conflict.
+  (its key goes out as ``x-api-key``); a top-level ``model`` setting only where no settings ``env`` nor the
+  shell sets ``ANTHROPIC_MODEL`` (``conduit.adapters.claude_precedence``: the 2.1.197 binary sends
+  ``ANTHROPIC_MODEL`` over it); the auth variable conduit does not write, exported in the shell, makes an auth
+  conflict. Project settings are read in the working folder only (``claude_precedence.PROJECT_SCOPE``).
 
 Limits and the local-server switch (read in the ``@anthropic-ai/claude-code`` 2.1.197 binary, ``bin/claude.exe``,
 a compiled bundle whose JavaScript is plain text in it; proven with the real binary by
@@ -40,8 +41,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import (
     AdapterDefaults,
@@ -53,11 +56,21 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
+from conduit.adapters.claude_precedence import (
+    PROJECT_SCOPE,
+    RULES,
+    model_setting_blockers,
+    model_setting_note,
+)
 from conduit.adapters.declarations import Blocker, Competing, OneShot, Package
 from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
 from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.formats.textformats import tool_version
+from conduit.adapters.keyref import key_helper_command
 from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.mcp import McpSupport, standard_entry
+from conduit.adapters.precedence import Rule
 from conduit.errors import ToolFileError
 
 AUTH_VARS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
@@ -76,13 +89,16 @@ LIMIT_VARS = ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_MAX_CONTEXT_TOKENS",
 """The variables conduit owns only while they hold what it wrote (``conduit.adapters.limits``), with
 ``API_TIMEOUT_MS``."""
 LEDGER_VARS = ("API_TIMEOUT_MS", *LIMIT_VARS)
+HELPER_KEY = "apiKeyHelper"
+"""The settings key of a command whose stdout is the key (``key_delivery = "reference"``): Claude Code 2.1.197
+runs it through a shell (timeout 600 s), caches its output for ``CLAUDE_CODE_API_KEY_HELPER_TTL_MS`` (default
+300000 ms) and sends it as both ``x-api-key`` and ``Authorization: Bearer`` (``bin/claude.exe``: ``Ty()``,
+``$Pd()``, ``mMd()``; docs/formats/claude-code.md)."""
 LOCAL_CHANNEL = "local"
 """The channel a profile's ``[vllm]`` table defines (``conduit.daemon.config.profile.LOCAL_CHANNEL``)."""
 OUTPUT_SHARE = 4
 """Claude Code's output limit is at most ``window // OUTPUT_SHARE``: its own first request (system prompt and
 24 tool definitions, about 77 kB of JSON, some 19k tokens in 2.1.197) needs the other three quarters."""
-MODEL_ALIASES = frozenset({"default", "sonnet", "opus", "haiku", "opusplan"})
-"""``model`` values Claude Code resolves through the ``ANTHROPIC_DEFAULT_*_MODEL`` slots conduit writes."""
 
 
 def anthropic_env(settings: ToolSettings) -> dict[str, str | None]:
@@ -164,6 +180,25 @@ def _env_of(doc: dict[str, Any]) -> dict[str, Any]:
     return env if isinstance(env, dict) else {}
 
 
+class ClaudeCodeOptions(BaseModel):
+    """``[tools.claude_code]`` options.
+
+    Attributes:
+        key_delivery: ``copy`` (the key itself in ``env.ANTHROPIC_AUTH_TOKEN``/``ANTHROPIC_API_KEY``) or
+            ``reference`` (``apiKeyHelper`` = ``<conduit> key print <channel>``: no key in settings.json; a
+            rotation needs no rewrite). A channel with no key always gets ``copy`` (the placeholder).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    key_delivery: Literal["copy", "reference"] = "copy"
+
+
+def is_conduit_helper(value: object) -> bool:
+    """Whether an ``apiKeyHelper`` value is the one conduit writes (``... conduit... key print <channel>``)."""
+    return isinstance(value, str) and "conduit" in value and " key print " in value
+
+
 class ClaudeCode(AdapterDefaults):
     """Adapter for Claude Code's user settings file (owned keys: the ``env`` entries below)."""
 
@@ -171,7 +206,9 @@ class ClaudeCode(AdapterDefaults):
     display_name: ClassVar[str] = "Claude Code"
     protocol: ClassVar[Protocol_] = "anthropic"
     owned_keys: ClassVar[tuple[str, ...]] = tuple(
-        f"env.{v}" for v in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS, *DEPRECATED_VARS, *LEDGER_VARS))
+        f"env.{v}" for v in ("ANTHROPIC_BASE_URL", *AUTH_VARS, *MODEL_VARS, *DEPRECATED_VARS, *LEDGER_VARS)) + (
+        HELPER_KEY,)
+    Options: ClassVar[type[BaseModel]] = ClaudeCodeOptions
     discover_rank: ClassVar[int] = 0  # conduit init reads Claude Code, Cline, then CC Switch
     writes_context: ClassVar[bool] = True  # CLAUDE_CODE_MAX_OUTPUT_TOKENS / _MAX_CONTEXT_TOKENS in its env
     restart_hint: ClassVar[str | None] = ("restart running Claude Code sessions: some versions read env only at "
@@ -192,6 +229,19 @@ class ClaudeCode(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = ("/api", "/api/v1", "/api/v1/messages")
     model_routes: ClassVar[tuple[str, ...]] = ("/api/v1/messages",)
     fresh_options: ClassVar[Mapping[str, object]] = {}
+    precedence: ClassVar[tuple[Rule, ...]] = RULES  # conduit.adapters.claude_precedence
+    # Entry shape as `claude mcp add` 2.1.197 writes it (type stdio/http/sse); project .mcp.json wins by name.
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.claude.json", key=("mcpServers",), format="json", transports=frozenset({"stdio", "http", "sse"}),
+        list_argv=("claude", "mcp", "list"), project_files=(".mcp.json",),
+        source="Claude Code docs \"Connect Claude Code to tools via MCP\" (user scope); `claude mcp add` 2.1.197",
+        proven="`claude mcp list` (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``$CLAUDE_CONFIG_DIR/.claude.json`` when set, else ``~/.claude.json``: the state file whose top-level
+        ``mcpServers`` is the user scope. Claude Code rewrites this file itself, so only conduit's entries are
+        ever compared or changed."""
+        return env.path_from("CLAUDE_CONFIG_DIR", env.home) / ".claude.json"
 
     def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
         """The same ``env`` entries as the settings file (``anthropic_env``), for one session (``conduit run`` /
@@ -217,6 +267,10 @@ class ClaudeCode(AdapterDefaults):
         wanted = {**anthropic_env(settings), **limit_env(settings)}
         path = self.settings_path(env)
         ledger = settings.limits or LimitLedger()
+        by_reference = settings.options_as(ClaudeCodeOptions).key_delivery == "reference" and settings.key is not None
+        helper = key_helper_command(settings.channel, env) if by_reference else None
+        if helper is not None:
+            wanted.update({var: None for var in AUTH_VARS})  # the key rests in conduit's source only
 
         def transform(doc: dict[str, Any]) -> dict[str, Any]:
             if "env" in doc and not isinstance(doc["env"], dict):
@@ -230,9 +284,16 @@ class ClaudeCode(AdapterDefaults):
                        for var in LEDGER_VARS}
             doc["env"] = merge_env(doc.get("env"), {**wanted, **{var: None if value is ABSENT else value
                                                                  for var, value in settled.items()}})
+            if helper is not None:
+                doc[HELPER_KEY] = helper
+            elif is_conduit_helper(doc.get(HELPER_KEY)):
+                del doc[HELPER_KEY]  # back to a copy: conduit's helper goes, a person's own stays
             return doc
 
-        return [json_target(path, transform, secret_keys=SECRET_VARS, label="settings.json")]
+        targets: list[Target] = [json_target(path, transform, secret_keys=SECRET_VARS, label="settings.json")]
+        targets += mcp_json_targets(self.mcp_path(env), self.mcp, settings.mcp, settings.mcp_ledger,
+                                    entry=lambda s: standard_entry(s, stdio_type="stdio"), label=".claude.json")
+        return targets
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, the owned values (keys masked), the version, and who overrides whom."""
@@ -259,8 +320,10 @@ class ClaudeCode(AdapterDefaults):
                       if k in user_env},
             "auth_conflict": conflict,
         }
-        warnings = ("both ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY are set; a sync keeps only one",) if conflict \
-            else ()
+        note = model_setting_note(_layers(env, path), env)  # a top-level "model" ANTHROPIC_MODEL shadows (C33)
+        warnings: tuple[str, ...] = (
+            *(("both ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY are set; a sync keeps only one",) if conflict else ()),
+            *((note,) if note else ()))
         return ToolFacts(summary=summary, details=details, effective=effective, warnings=warnings)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
@@ -269,16 +332,12 @@ class ClaudeCode(AdapterDefaults):
         docs = _layers(env, self.settings_path(env))
         wanted = {**anthropic_env(settings), **{k: v for k, v in limit_env(settings).items() if v is not None}}
         out = _cloud_switches(docs, env)
-        for path, doc, _ in docs:
-            if doc.get("apiKeyHelper"):
-                out.append(Blocker("overridden", str(path), f"apiKeyHelper in {path} runs a command for the key, which "
-                                   "competes with the profile's key (the gateway may get the helper's key)",
+        for path, doc, above in docs:
+            if doc.get("apiKeyHelper") and (above or not is_conduit_helper(doc["apiKeyHelper"])):
+                out.append(Blocker("overridden", str(path), f"apiKeyHelper in {path} runs a command for a key that "
+                                   "Claude Code sends as x-api-key, beside or instead of the profile's key",
                                    f"remove \"apiKeyHelper\" from {path}"))
-        model = next(((p, d["model"]) for p, d, _ in docs if isinstance(d.get("model"), str)), None)
-        if model and model[1].split("[")[0].lower() not in MODEL_ALIASES and model[1] != settings.model:
-            out.append(Blocker("overridden", str(model[0]), f"\"model\": \"{model[1]}\" in {model[0]} wins over "
-                               f"ANTHROPIC_MODEL = \"{settings.model}\"", f"remove \"model\" from {model[0]} (or "
-                               "run /model default in Claude Code)"))
+        out += model_setting_blockers(docs, env, settings.model)  # C33: only where no ANTHROPIC_MODEL is set
         for path, doc, higher in docs:
             for var in ("ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL", *(v for v in LIMIT_VARS if v in wanted)):
                 if higher and var in _env_of(doc) and _env_of(doc)[var] != wanted.get(var):
@@ -292,6 +351,11 @@ class ClaudeCode(AdapterDefaults):
                                    f"writes {other}: Claude Code sees both (an auth conflict) and may send the "
                                    "shell's key", f"unset {var} (and remove its export from your shell's start-up "
                                    "file)"))
+            elif wanted.get(var) is not None and env.get(var) and settings.key is not None \
+                    and settings.options_as(ClaudeCodeOptions).key_delivery == "reference":
+                out.append(Blocker("overridden", "shell environment", f"{var} is exported in the shell: Claude Code "
+                                   f"sends it instead of the key conduit's {HELPER_KEY} prints",
+                                   f"unset {var} (and remove its export from your shell's start-up file)"))
         return out
 
     def discover(self, env: Env) -> Proposal | None:
@@ -314,8 +378,8 @@ def _layers(env: Env, user: Path) -> list[tuple[Path, dict[str, Any], bool]]:
     """Every settings file Claude Code reads, highest first, as ``(path, document, ranks_above_user)``; a
     project file that is the user file itself (run from HOME) is listed once."""
     out = []
-    for path, higher in ((MANAGED_SETTINGS, True), (env.cwd / ".claude" / "settings.local.json", True),
-                         (env.cwd / ".claude" / "settings.json", True), (user, False)):
+    project = reversed(PROJECT_SCOPE.candidates(env.cwd))  # the working folder's only, local above shared
+    for path, higher in ((MANAGED_SETTINGS, True), *((p, True) for p in project), (user, False)):
         if higher and path.exists() and user.exists() and path.resolve() == user.resolve():
             continue
         doc, _ = read_json_quietly(path)

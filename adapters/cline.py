@@ -17,6 +17,7 @@ Facts (docs/formats/cline.md, read from the cline/cline sources, VS Code 4.1.x /
   generation C's provider ``settings`` has ``contextWindow`` and ``maxTokens`` (``@cline/core`` 3.0's
   ``ProviderSettingsSchema``, ``services/llms/provider-settings.d.ts``), which ``@cline/llms`` passes on as
   ``maxInputTokens`` and ``maxOutputTokens``. conduit writes them only when it knows them.
+- MCP servers: ``<data>/settings/cline_mcp_settings.json`` (``cline_entry``; docs/formats/cline.md).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ from conduit.adapters.declarations import (
     Package,
 )
 from conduit.adapters.formats.jsonfile import as_object, json_target, read_json_quietly
+from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "openai-compatible"
@@ -69,6 +72,13 @@ class ClineOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     generation: Literal["auto", "B", "C"] = "auto"
+
+
+def cline_entry(server: McpServer) -> dict[str, Any]:
+    """Cline's ``mcpServers.NAME``: ``{"command", "args", "env", "cwd"}``, or ``{"type": "streamableHttp"|"sse",
+    "url", "headers"}``: a URL entry without ``type`` is taken for SSE (@cline/core ``parseMcpServerRegistration``);
+    values as they are."""
+    return standard_entry(server, http_type="streamableHttp")
 
 
 def data_dir(env: Env) -> Path:
@@ -155,16 +165,29 @@ class Cline(AdapterDefaults):
     restart_hint: ClassVar[str | None] = ("reload Cline (VS Code: Developer: Reload Window; CLI: start a new session): "
                               "it caches its settings and may write the old ones back")
     Options: ClassVar[type[BaseModel]] = ClineOptions
-    env_vars: ClassVar[tuple[str, ...]] = ("CLINE_DATA_DIR", "CLINE_DIR", "CLINE_PROVIDER_SETTINGS_PATH")
+    env_vars: ClassVar[tuple[str, ...]] = ("CLINE_DATA_DIR", "CLINE_DIR", "CLINE_PROVIDER_SETTINGS_PATH",
+                                           "CLINE_MCP_SETTINGS_PATH")
 
     one_shot: ClassVar[OneShot | None] = OneShot(("cline",))
     package: ClassVar[Package | None] = Package("npm", "cline", "3.0.65", ("cline",))
     competing: ClassVar[Competing] = Competing(OPENAI_MODEL, OPENAI_KEY, OPENAI_BASE)
     tool_dirs: ClassVar[Mapping[str, str]] = {"CLINE_DIR": ".cline", "CLINE_DATA_DIR": ".cline/data",
-                                              "CLINE_PROVIDER_SETTINGS_PATH": ".cline/data/settings/providers.json"}
+                                              "CLINE_PROVIDER_SETTINGS_PATH": ".cline/data/settings/providers.json",
+                                              "CLINE_MCP_SETTINGS_PATH":
+                                                  ".cline/data/settings/cline_mcp_settings.json"}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"generation": "C"}  # Cline CLI 3.x is generation C
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.cline/data/settings/cline_mcp_settings.json", key=("mcpServers",), format="json",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=None,
+        source="@cline/shared storage paths (CLINE_MCP_SETTINGS_PATH, cline_mcp_settings.json) and @cline/core "
+               "extensions/mcp config-loader of the cline 3.0.65 CLI",
+        proven="")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``$CLINE_MCP_SETTINGS_PATH``, else ``<data>/settings/cline_mcp_settings.json``."""
+        return env.path_from("CLINE_MCP_SETTINGS_PATH", data_dir(env) / "settings" / "cline_mcp_settings.json")
 
     def verify_files(self, env: Env) -> list[Path]:
         """globalState.json and secrets.json in ``data_dir``, and ``providers_path``."""
@@ -186,7 +209,8 @@ class Cline(AdapterDefaults):
             targets += self._generation_b(settings, env)
         if "C" in gens:
             targets.append(self._generation_c(settings, env))
-        return targets
+        return targets + mcp_json_targets(self.mcp_path(env), self.mcp, settings.mcp, settings.mcp_ledger,
+                                          entry=cline_entry)
 
     def _generation_b(self, settings: ToolSettings, env: Env) -> list[Target]:
         data = data_dir(env)

@@ -19,8 +19,9 @@ Facts (openai/codex: ``codex-rs/core/src/model_provider_info.rs``, ``codex-rs/ar
   table instead (for surfaces that do not read ``.env``); config.toml is then kept 0600. ``auth.json`` is not
   needed: a custom provider does not ``requires_openai_auth``.
 - Higher layers: ``-c``/``--config`` flags, ``--profile``/``profile = "..."`` (a profile may set its own
-  ``model_provider``/``model``), a trusted project's ``.codex/config.toml`` (may set ``model``). Codex reads
-  config.toml only at start-up.
+  ``model_provider``/``model``), a trusted project's ``.codex/config.toml`` files from the git root down to the
+  working folder (``PROJECT_SCOPE``, ``project_trusted``; docs/formats/codex.md). Codex reads config.toml only
+  at start-up.
 - ``model_context_window = N`` (root key, tokens) tells Codex the model's context window, which it cannot know
   for a custom provider's model ("model metadata is unknown", docs/formats/real-tools.md); openai/codex
   ``docs/config.md`` ("model_context_window"), and the string is in the 0.171 binary. Codex has no output-limit
@@ -29,7 +30,7 @@ Facts (openai/codex: ``codex-rs/core/src/model_provider_info.rs``, ``codex-rs/ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -57,6 +58,7 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
+from conduit.adapters.formats.mcpmap import mcp_secret_keys, merge_toml_servers, wanted_entries
 from conduit.adapters.formats.textformats import (
     dotenv_target,
     read_dotenv,
@@ -66,6 +68,8 @@ from conduit.adapters.formats.textformats import (
 )
 from conduit.adapters.formats.versions import at_least, installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport, standard_entry
+from conduit.adapters.precedence import Cite, Order, ProjectScope, Rule, project_root
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "conduit"
@@ -78,6 +82,43 @@ longer supported"). Source: openai/codex commit d2394a2494 "chore: nuke chat/com
 2026-02-03) replaced the chat wire API by that error in ``model_provider_info.rs``; the first release after it
 is 0.97.0 (OpenRouterLabs/spawn PR #1608, 2026-02-21: ``wire_api = "responses"`` is "required by Codex
 >=0.97.0"). Observed again with 0.171.0 (docs/formats/real-tools.md)."""
+
+
+PROJECT_SCOPE = ProjectScope(
+    (".codex/config.toml",), "root_to_cwd",
+    Cite("openai/codex", "codex-rs/core/src/config_loader/mod.rs", "load_config_layers_state: project layers from "
+         "the project root (project_root_markers, default .git) down to cwd, disabled unless the project is trusted; "
+         "codex-rs/core/src/git_info.rs resolve_root_git_project_for_trust", "0.171.0"),
+    trusted=True)
+"""Codex's project files: ``.codex/config.toml`` in every folder from the project root (the git root; outside git
+the working folder) down to the working folder, the nearer winning, and only in a trusted project (``trusted``)."""
+
+MODEL_ORDER = Order(
+    "model", ("-m / -c model=...", "[profiles.<profile>] model", "trusted project .codex/config.toml model",
+              "$CODEX_HOME/config.toml model"),
+    Cite("openai/codex", "codex-rs/core/src/config/mod.rs", "Config::load_from_base_config_with_overrides: "
+         "override, then the selected profile, then the merged layers", "0.171.0"),
+    note="OPENAI_MODEL and OPENAI_BASE_URL exported change nothing for model_provider = \"conduit\" (0.171.0)")
+"""Where Codex takes its model from, highest first."""
+
+
+def project_trusted(env: Env) -> bool:
+    """Whether Codex trusts the project of ``env.cwd``: ``[projects."<path>"] trust_level = "trusted"`` in
+    ``$CODEX_HOME/config.toml`` for the git root of the working folder (Codex's
+    ``resolve_root_git_project_for_trust``: a subfolder's own entry is not consulted, either way: checked with
+    0.171.0), or for the working folder itself outside git. Paths are compared resolved; an unreadable file
+    trusts nothing."""
+    doc, _ = _read_toml(codex_home(env) / "config.toml")
+    projects = {str(Path(k).expanduser().resolve()): v for k, v in _table(doc, "projects").items()}
+    entry = projects.get(str(project_root(env.cwd).resolve()))
+    return isinstance(entry, dict) and entry.get("trust_level") == "trusted"
+
+
+def project_files(env: Env) -> list[Path]:
+    """The project ``.codex/config.toml`` files Codex applies from ``env.cwd``, lowest precedence first
+    (``PROJECT_SCOPE``); ``[]`` in an untrusted project."""
+    user = codex_home(env) / "config.toml"
+    return PROJECT_SCOPE.applied(env.cwd, env.environ, lambda _cwd: project_trusted(env), skip=user)
 
 
 class CodexOptions(CreateOptions):
@@ -139,6 +180,16 @@ class Codex(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = ("/api/v1/responses",)
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    precedence: ClassVar[tuple[Rule, ...]] = (PROJECT_SCOPE, MODEL_ORDER)
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.codex/config.toml", key=("mcp_servers",), format="toml", transports=frozenset({"stdio", "http"}),
+        list_argv=("codex", "mcp", "list"), project_files=(".codex/config.toml",),
+        source="openai/codex codex-rs/core/src/config/types.rs (McpServerConfig); `codex mcp add` 0.171.0",
+        proven="`codex mcp list` (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``config.toml`` in ``codex_home``: ``[mcp_servers.NAME]`` tables."""
+        return codex_home(env) / "config.toml"
 
     def verify_files(self, env: Env) -> list[Path]:
         """config.toml, .env, auth.json and AGENTS.md in ``codex_home``."""
@@ -164,7 +215,10 @@ class Codex(AdapterDefaults):
         wanted: dict[str, Any] = {"name": f"conduit ({settings.channel})",
                                   "base_url": settings.root.openai_base(), "wire_api": wire}
 
+        merge_mcp = _mcp_merger(settings, self.mcp, path)
+
         def transform(doc: tomlkit.TOMLDocument) -> None:
+            merge_mcp(doc)
             _set_root(doc, "model", settings.model)
             _set_root(doc, "model_provider", PROVIDER_ID)
             _settle_context(doc, ledger, path, settings.context_window)
@@ -193,8 +247,9 @@ class Codex(AdapterDefaults):
                     table["env_key"] = KEY_VAR
 
         # config.toml holds the key only with key_method = "inline"; otherwise it keeps a world-readable mode.
-        config = toml_target(path, transform, secret_keys=SECRETS, mode=0o600 if inline else 0o644,
-                             label="config.toml")
+        mcp_secret = any(codex_holds_secret(s) for s in settings.mcp or ())
+        config = toml_target(path, transform, secret_keys={*SECRETS, *mcp_secret_keys(settings.mcp)},
+                             mode=0o600 if inline or mcp_secret else 0o644, label="config.toml")
         config.notices = notices
         targets: list[Target] = [config]
         if not inline:
@@ -233,7 +288,8 @@ class Codex(AdapterDefaults):
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
         """What stops Codex from using conduit's provider: a ``wire_api = "chat"`` table the installed version
-        refuses, a selected ``profile`` with its own provider or model, a project ``.codex/config.toml`` model."""
+        refuses, a selected ``profile`` with its own provider or model, a ``model``/``model_provider`` in a project
+        ``.codex/config.toml`` Codex applies (``project_files``: trusted project, root down to the working folder)."""
         path = codex_home(env) / "config.toml"
         doc, _ = _read_toml(path)
         out = _refused(doc, path, installed_version(BINARIES))
@@ -247,14 +303,13 @@ class Codex(AdapterDefaults):
                                    f"\"{prof[k]}\" replaces conduit's \"{value}\"",
                                    f"delete the line profile = \"{active}\" in {path}, or remove {k} from "
                                    f"[profiles.{active}]"))
-        project = env.cwd / ".codex" / "config.toml"
-        if project != path and project.exists():
-            pdoc, _ = _read_toml(project)
-            for k, value in wanted.items():
-                if k in pdoc and pdoc[k] != value:
-                    out.append(Blocker("overridden", str(project),
-                                       f"{k} = \"{pdoc[k]}\" in this project's config ranks above ~/.codex "
-                                       f"(conduit's \"{value}\")", f"remove {k} from {project}"))
+        for k, value in wanted.items():  # the nearest project file that sets k wins
+            hit = next(((p, d) for p, d in reversed([(p, _read_toml(p)[0]) for p in project_files(env)]) if k in d),
+                       None)
+            if hit is not None and hit[1][k] != value:
+                out.append(Blocker("overridden", str(hit[0]),
+                                   f"{k} = \"{hit[1][k]}\" in this trusted project's {hit[0]} ranks above ~/.codex "
+                                   f"(conduit's \"{value}\")", f"remove {k} from {hit[0]}"))
         return out
 
     def client_view(self, env: Env) -> ClientView | None:
@@ -271,6 +326,44 @@ class Codex(AdapterDefaults):
             key, key_files = _read_env(home / ".env").get(str(provider.get("env_key")), ""), (home / ".env",)
         endpoint = "responses" if provider.get("wire_api", "responses") == "responses" else "chat/completions"
         return ClientView(str(provider["base_url"]), key, str(doc.get("model") or ""), endpoint, key_files)
+
+
+def _mcp_merger(settings: ToolSettings, support: McpSupport | None,
+                path: Path) -> Callable[[tomlkit.TOMLDocument], None]:
+    """The step of config.toml's render that merges ``settings.mcp`` into ``[mcp_servers.NAME]``
+    (``merge_toml_servers``: only conduit's entries change; nothing at all without an ``[mcp]`` profile table)."""
+    servers = wanted_entries(settings.mcp, support, codex_entry) if support else None
+    ledger = settings.mcp_ledger or McpLedger()
+    return lambda doc: merge_toml_servers(doc, "mcp_servers", servers, ledger, path)
+
+
+def codex_entry(server: McpServer) -> dict[str, Any]:
+    """A ``[mcp_servers.NAME]`` table as plain data: stdio ``command``/``args``/``env``/``cwd``; streamable HTTP
+    ``url``, ``bearer_token_env_var`` (the variable a bearer token came from: Codex reads it at start-up, so the
+    file holds no token), ``env_http_headers`` for headers from ``{ env = ... }``, ``http_headers`` for the rest.
+    Source: openai/codex ``codex-rs/core/src/config/types.rs`` (``McpServerTransportConfig``); the keys ``codex
+    mcp add`` 0.171.0 writes."""
+    if server.transport == "stdio":
+        return standard_entry(server)  # command, args, env, cwd; no type key
+    entry: dict[str, Any] = {"url": server.url}
+    literal = {k: v for k, v in server.headers.items() if k not in server.env_refs}
+    if server.bearer is not None and server.bearer_env:
+        entry["bearer_token_env_var"] = server.bearer_env
+    elif server.bearer is not None:
+        literal["Authorization"] = f"Bearer {server.bearer}"
+    if literal:
+        entry["http_headers"] = literal
+    refs = {k: server.env_refs[k] for k in server.headers if k in server.env_refs}
+    if refs:
+        entry["env_http_headers"] = refs
+    return entry
+
+
+def codex_holds_secret(server: McpServer) -> bool:
+    """Whether ``codex_entry(server)`` holds a secret value itself (not a variable's name): config.toml is then
+    written 0600."""
+    inline_bearer = server.bearer is not None and not server.bearer_env
+    return inline_bearer or any(name not in server.env_refs or name in server.env for name in server.secrets)
 
 
 def _settle_context(doc: tomlkit.TOMLDocument, ledger: LimitLedger, path: Path, window: int | None) -> None:
@@ -333,8 +426,7 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
         if isinstance(prof, dict) and k in prof:
             effective[k] = Effective(prof[k], f"{path} [profiles.{active}]", prof[k] != doc.get(k),
                                      f"profile = \"{active}\" selects a profile that sets its own value")
-    project = env.cwd / ".codex" / "config.toml"
-    if project != path and project.exists():
+    for project in project_files(env):  # nearest last: it wins
         pdoc, _ = _read_toml(project)
         if "model" in pdoc:
             effective["model"] = Effective(pdoc["model"], str(project), pdoc["model"] != doc.get("model"),
@@ -342,4 +434,5 @@ def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective
     return effective
 
 
-__all__ = ["CHAT_REFUSED_FROM", "Codex", "CodexOptions", "codex_home", "refuses_chat"]
+__all__ = ["CHAT_REFUSED_FROM", "Codex", "CodexOptions", "codex_entry", "codex_holds_secret", "codex_home",
+           "refuses_chat"]

@@ -15,6 +15,7 @@ and ``packages/openai-adapters``):
   window Continue checks a prompt against ("Context length exceeded"), ``maxTokens`` what it asks for as
   output (docs "config.yaml reference", ``defaultCompletionOptions``; both read in ``@continuedev/cli`` 1.5's
   bundle). Other completion options there are the person's.
+- MCP servers: the ``mcpServers`` list of the same file (``continue_entry``; docs/formats/continue.md).
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
+from conduit.adapters.formats.mcpmap import mcp_secret_keys, wanted_entries
+from conduit.adapters.formats.mcpshapes import merge_named_list
 from conduit.adapters.formats.textformats import parse_yaml, yaml_target
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -80,6 +84,16 @@ class Continue(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.continue/config.yaml", key=("mcpServers",), format="yaml", shape="list",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=None,
+        source="continuedev/continue packages/config-yaml/src/schemas/mcp (stdio and URL servers), as bundled in "
+               "@continuedev/cli 1.5.47; docs \"config.yaml reference\" mcpServers",
+        proven="")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``config.yaml`` in ``continue_dir``: its ``mcpServers`` list."""
+        return continue_dir(env) / "config.yaml"
 
     def verify_files(self, env: Env) -> list[Path]:
         """``continue_dir`` (copied whole)."""
@@ -116,8 +130,11 @@ class Continue(AdapterDefaults):
                 if entry.get(k) != v:
                     entry[k] = v
             _set_limits(entry, settings, settings.limits or LimitLedger(), path)
+            _merge_mcp(doc, servers, settings.mcp_ledger or McpLedger(), path)
 
-        return [yaml_target(path, transform, secret_keys=("apiKey",), label="config.yaml")]
+        servers = wanted_entries(settings.mcp, self.mcp, continue_entry) if self.mcp else None
+        return [yaml_target(path, transform, secret_keys={"apiKey", *mcp_secret_keys(settings.mcp)},
+                            label="config.yaml")]
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file and conduit's entry (key masked)."""
@@ -143,6 +160,41 @@ class Continue(AdapterDefaults):
         base = str(entry["apiBase"])
         return ClientView(base if base.endswith("/") else base + "/", str(entry.get("apiKey") or ""),
                           str(entry.get("model") or ""), key_files=(path,))
+
+
+def continue_entry(server: McpServer) -> dict[str, Any]:
+    """Continue's ``mcpServers`` item: ``{"name", "command", "args", "env", "cwd"}``, or ``{"name", "type":
+    "streamable-http"|"sse", "url", "requestOptions": {"headers"}}``; values as they are (the file is 0600: it
+    holds the model key)."""
+    if server.transport == "stdio":
+        entry: dict[str, Any] = {"name": server.name, "command": server.command}
+        entry.update({k: v for k, v in (("args", list(server.args)), ("env", dict(server.env))) if v})
+        return entry | ({"cwd": server.cwd} if server.cwd is not None else {})
+    headers = server.all_headers()
+    return {"name": server.name, "type": "sse" if server.transport == "sse" else "streamable-http",
+            "url": server.url, **({"requestOptions": {"headers": headers}} if headers else {})}
+
+
+def _merge_mcp(doc: Any, wanted: Mapping[str, Any] | None, ledger: McpLedger, path: Path) -> None:
+    """Merge ``wanted`` into the ``mcpServers`` list of ``doc`` (created only when there is a server to write).
+
+    Raises:
+        ToolFileError: ``mcpServers`` is not a list.
+    """
+    if wanted is None:
+        return
+    current = doc.get("mcpServers")
+    if current is None and not wanted:
+        ledger.begin(path)
+        return
+    if current is None:
+        from ruamel.yaml.comments import CommentedSeq
+
+        current = doc["mcpServers"] = CommentedSeq()
+    if not isinstance(current, list):
+        raise ToolFileError(f"{path}: mcpServers is not a list", "make mcpServers a list of servers (each with a "
+                            "name); conduit left the file unchanged")
+    merge_named_list(current, wanted, ledger, path)
 
 
 def _set_limits(entry: Any, settings: ToolSettings, ledger: LimitLedger, path: Path) -> None:

@@ -24,13 +24,14 @@ the loopback gateway (tests/realtools/test_realtools_run.py):
 - ``COPILOT_OFFLINE=true`` skips GitHub sign-in, telemetry, web tools and auto-update; ``COPILOT_AUTO_UPDATE=false``
   stops update downloads (help text). ``copilot -p PROMPT --allow-all-tools`` runs one prompt non-interactively
   (``--allow-all-tools`` is "required for non-interactive mode", ``copilot --help``).
+- MCP servers are the one file conduit writes: ``mcp-config.json`` (``copilot_entry``; docs/formats/copilot.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from conduit.adapters.base import AdapterDefaults, Effective, Env, Protocol_, Target, ToolFacts, ToolSettings
 from conduit.adapters.declarations import (
@@ -42,7 +43,9 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
+from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.formats.versions import installed_version
+from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
 from conduit.redact import fingerprint
 
 BINARIES = ("copilot",)
@@ -83,14 +86,25 @@ class Copilot(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.copilot/mcp-config.json", key=("mcpServers",), format="json",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=("copilot", "mcp", "list"),
+        project_files=(".mcp.json", ".github/mcp.json"),
+        source="`copilot mcp --help` and `copilot mcp add` of @github/copilot 1.0.102",
+        proven="`copilot mcp list` 1.0.102 (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``mcp-config.json`` in ``$COPILOT_HOME`` (default ``~/.copilot``)."""
+        return env.path_from("COPILOT_HOME", env.home / ".copilot") / "mcp-config.json"
 
     def verify_files(self, env: Env) -> list[Path]:
         """None: no file of Copilot's decides what it sends."""
         return []
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
-        """Nothing to write: Copilot takes its provider only from the environment (``run_env``)."""
-        return []
+        """Only the MCP servers (``mcp-config.json``, when the profile has ``[mcp]``): Copilot takes its provider
+        from the environment alone (``run_env``)."""
+        return [*mcp_json_targets(self.mcp_path(env), self.mcp, settings.mcp, settings.mcp_ledger, entry=copilot_entry)]
 
     def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
         """The provider variables of one session: base URL (``root.openai_base()``: the CLI appends
@@ -130,6 +144,13 @@ class Copilot(AdapterDefaults):
                                "this shell uses it", f"unset {var}, or start Copilot with `conduit run copilot` "
                                "(or after `eval \"$(conduit env copilot --show-key)\"`)"))
         return out
+
+
+def copilot_entry(server: McpServer) -> dict[str, Any]:
+    """Copilot CLI's ``mcpServers.NAME``, as ``copilot mcp add`` 1.0.102 writes it: ``{"tools": ["*"], "type":
+    "local", "command", "args", "env", "cwd"}``, or ``{"tools": ["*"], "type": "http"|"sse", "url", "headers"}``
+    (values written as they are: the CLI keeps a ``${VAR}`` header as text, expanding none documented)."""
+    return {"tools": ["*"], **standard_entry(server, http_type="http", stdio_type="local")}
 
 
 def _shown(var: str, value: str | None) -> str | None:

@@ -24,6 +24,7 @@ has Crush installed. Facts from charmbracelet/crush at tag v0.90.0 (``internal/c
   reference resolves, conduit writes the key itself and keeps the file 0600.
 - One-shot: ``crush run --quiet PROMPT``; ``CRUSH_DISABLE_METRICS=1`` and ``CRUSH_DISABLE_PROVIDER_AUTO_UPDATE=1``
   are its own opt-outs.
+- MCP servers: ``mcp`` in the same ``crush.json`` (``crush_entry``; docs/formats/crush.md).
 """
 
 from __future__ import annotations
@@ -48,8 +49,11 @@ from conduit.adapters.base import (
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
 from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
 from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.mcpmap import mcp_secret_keys, merge_json_servers, wanted_entries
+from conduit.adapters.formats.mcpshapes import referenced
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 
 PROVIDER_ID = "conduit"
 BINARIES = ("crush",)
@@ -99,6 +103,16 @@ class Crush(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.config/crush/crush.json", key=("mcp",), format="json",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=None,
+        project_files=(".crush.json", "crush.json"),
+        source="charmbracelet/crush internal/config/config.go (MCPConfig, ResolvedEnv, ResolvedHeaders)",
+        proven="")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``config_file``: its ``mcp`` object."""
+        return config_file(env)
 
     def verify_files(self, env: Env) -> list[Path]:
         """The global ``crush.json`` and ``crushrc`` beside it, and the data ``crush.json``."""
@@ -127,9 +141,12 @@ class Crush(AdapterDefaults):
             wanted = {"large": settings.model, "small": settings.small_model or settings.model}
             doc["models"] = {**selected, **{slot: {**_obj(selected.get(slot)), "model": model, "provider": PROVIDER_ID}
                                             for slot, model in wanted.items()}}
+            merge_json_servers(doc, ("mcp",), servers, settings.mcp_ledger or mcp_ledger, path)
             return doc
 
-        return [json_target(path, transform, secret_keys=("api_key",), label=path.name)]
+        servers, mcp_ledger = wanted_entries(settings.mcp, self.mcp, crush_entry) if self.mcp else None, McpLedger()
+        return [json_target(path, transform, secret_keys={"api_key", *mcp_secret_keys(settings.mcp)},
+                            label=path.name)]
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's provider (key masked), the selected models."""
@@ -181,6 +198,18 @@ class Crush(AdapterDefaults):
                                "Crush's data file has its own conduit provider, which ranks above crush.json",
                                f"remove providers.{PROVIDER_ID} from {data}"))
         return out
+
+
+def crush_entry(server: McpServer) -> dict[str, Any]:
+    """Crush's ``mcp.NAME`` (``internal/config/config.go`` ``MCPConfig``): ``{"type": "stdio", "command", "args",
+    "env"}`` (no working folder: a ``cwd`` is not written) or ``{"type": "http"|"sse", "url", "headers"}``; Crush
+    resolves ``$VAR``/``${VAR}`` in ``env`` and ``headers`` (``ResolvedEnv``, ``ResolvedHeaders``), so a value from
+    ``{ env = "VAR" }`` is written ``${VAR}``."""
+    env, headers = referenced(server, "${%s}")
+    if server.transport == "stdio":
+        entry: dict[str, Any] = {"type": "stdio", "command": server.command}
+        return entry | {k: v for k, v in (("args", list(server.args)), ("env", env)) if v}
+    return {"type": server.transport, "url": server.url, **({"headers": headers} if headers else {})}
 
 
 def _obj(value: Any) -> dict[str, Any]:

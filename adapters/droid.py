@@ -24,6 +24,7 @@ docs (``docs.factory.ai``: "Settings", "Custom Models (BYOK)", "Hierarchical Set
 - ``droid exec PROMPT`` answers once with the session default model and needs no Factory login for a custom
   model; ``FACTORY_DROID_AUTO_UPDATE_ENABLED=false`` turns its update check off.
 Proven with the 0.215.0 binary (docs/formats/droid.md).
+- MCP servers: ``~/.factory/mcp.json`` (``droid_entry``; docs/formats/droid.md).
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package, git_root
 from conduit.adapters.formats.jsonc import _SpanParser, edit_jsonc, jsonc_target, parse_jsonc, strip_jsonc
+from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.formats.textformats import tool_version
+from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
 from conduit.adapters.opencode import read_config
 from conduit.errors import ToolFileError
 
@@ -72,6 +75,13 @@ class DroidOptions(CreateOptions):
     """
 
     key_source: Literal["file", "env"] = "file"
+
+
+def droid_entry(server: McpServer) -> dict[str, Any]:
+    """Droid's ``mcpServers.NAME`` as ``droid mcp add`` 0.215.0 writes it: ``{"type": "stdio", "command", "args",
+    "env", "disabled": false}`` or ``{"type": "http"|"sse", "url", "headers", "disabled": false}`` (values as they
+    are: no reference to a variable is documented for ``mcp.json``)."""
+    return {**standard_entry(server, http_type="http", stdio_type="stdio"), "disabled": False}
 
 
 def factory_dir(env: Env) -> Path:
@@ -226,6 +236,16 @@ class Droid(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.factory/mcp.json", key=("mcpServers",), format="json",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=("droid", "mcp", "list"),
+        project_files=(".factory/mcp.json",),
+        source="docs.factory.ai \"MCP\"; `droid mcp add` 0.215.0 (its stdio/http/sse types)",
+        proven="`droid mcp list` 0.215.0 (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``mcp.json`` in ``factory_dir``."""
+        return factory_dir(env) / "mcp.json"
 
     def verify_files(self, env: Env) -> list[Path]:
         """``settings.local.json`` and the legacy ``config.json`` beside the settings file."""
@@ -239,7 +259,10 @@ class Droid(AdapterDefaults):
         self.require_dir(path.parent, opts.create, "Droid")
         api_key = settings.key_or_placeholder if opts.key_source == "file" else f"${{{KEY_VAR}}}"
         target = jsonc_target(path, lambda doc: [], secret_keys=("apiKey",), label=path.name)  # for its mask
-        return [dataclasses.replace(target, render=lambda text: render_settings(text, settings, api_key, path))]
+        out: list[Target] = [dataclasses.replace(target, render=lambda text: render_settings(text, settings, api_key,
+                                                                                             path))]
+        return out + mcp_json_targets(self.mcp_path(env), self.mcp, settings.mcp, settings.mcp_ledger,
+                                      entry=droid_entry)
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's entry (key masked) and the selected model."""

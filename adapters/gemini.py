@@ -46,6 +46,7 @@ from conduit.adapters.base import (
 from conduit.adapters.declarations import Blocker, Competing, OneShot, Package
 from conduit.adapters.formats import trustedfolders as trust
 from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.mcpmap import jsonc_server_edits, mcp_secret_keys, wanted_entries
 from conduit.adapters.formats.textformats import (
     dotenv_target,
     jsonc_target,
@@ -53,6 +54,7 @@ from conduit.adapters.formats.textformats import (
     read_dotenv,
     tool_version,
 )
+from conduit.adapters.mcp import McpLedger, McpSupport, standard_entry
 from conduit.errors import ToolFileError
 
 ENV_VARS = ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GEMINI_MODEL")
@@ -129,6 +131,16 @@ class Gemini(AdapterDefaults):
     model_routes: ClassVar[tuple[str, ...]] = ("/api/v1beta/models/{model}:streamGenerateContent",
                                                "/api/v1beta/models/{model}:generateContent")
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.gemini/settings.json", key=("mcpServers",), format="jsonc",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=("gemini", "mcp", "list"),
+        project_files=(".gemini/settings.json",),
+        source="google-gemini/gemini-cli docs/tools/mcp-server.md (mcpServers); `gemini mcp add` 0.61.0",
+        proven="`gemini mcp list` (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``settings.json`` in ``gemini_dir``: its ``mcpServers`` object."""
+        return gemini_dir(env) / "settings.json"
 
     def verify_files(self, env: Env) -> list[Path]:
         """.env, settings.json, trustedFolders.json and GEMINI.md in ``gemini_dir``, and the ``.env`` beside it."""
@@ -144,15 +156,20 @@ class Gemini(AdapterDefaults):
                   "GEMINI_API_KEY": settings.key_or_placeholder,
                   "GEMINI_MODEL": settings.model}
 
+        servers = wanted_entries(settings.mcp, self.mcp, standard_entry) if self.mcp else None
+        ledger, settings_path = settings.mcp_ledger or McpLedger(), d / "settings.json"
+
         def auth_edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
+            mcp = jsonc_server_edits(doc, ("mcpServers",), servers, ledger, settings_path)
             if "selectedAuthType" in doc and not isinstance(doc.get("security"), dict):
-                return [(("selectedAuthType",), AUTH_TYPE)]  # the flat format of versions before 0.3
-            return [(("security", "auth", "selectedType"), AUTH_TYPE)]
+                return [(("selectedAuthType",), AUTH_TYPE), *mcp]  # the flat format of versions before 0.3
+            return [(("security", "auth", "selectedType"), AUTH_TYPE), *mcp]
 
         targets: list[Target] = [
             dotenv_target(d / ".env", wanted, secret_keys=SECRETS, label=".env"),
-            jsonc_target(d / "settings.json", auth_edits, secret_keys=SECRETS, mode=0o644,  # holds no key
-                         label="settings.json", no_trailing_commas="Gemini CLI"),
+            jsonc_target(settings_path, auth_edits, secret_keys={*SECRETS, *mcp_secret_keys(settings.mcp)},
+                         mode=0o600 if any(s.holds_secret() for s in settings.mcp or ()) else 0o644,
+                         label="settings.json", no_trailing_commas="Gemini CLI"),  # no key unless an MCP one
         ]
         if opts.trust:
             folders = [trust.expand(f, env) for f in opts.trust]

@@ -24,6 +24,7 @@ prove conduit's files against that format only (docs/formats/goose.md). ``one_sh
   ``GOOSE_DISABLE_KEYRING=1``; ``inspect`` says so when that variable is not set.
 - No context-window key in ``config.yaml`` is read for the main model in every version (``GOOSE_CONTEXT_LIMIT``
   is read from the environment in ``crates/goose/src/model.rs``), so conduit writes none.
+- MCP servers: ``extensions`` in the same ``config.yaml`` (``goose_entry``; docs/formats/goose.md).
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ from conduit.adapters.base import (
     ToolSettings,
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
+from conduit.adapters.formats.mcpmap import mcp_secret_keys, merge_server_map, wanted_entries
 from conduit.adapters.formats.textformats import parse_yaml, read_parsed, yaml_target
 from conduit.adapters.formats.versions import installed_version
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
+from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 CHAT_PATH = "chat/completions"
@@ -87,6 +91,16 @@ class Goose(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.config/goose/config.yaml", key=("extensions",), format="yaml",
+        transports=frozenset({"stdio", "http"}), list_argv=None, name_rule=r"^[a-z0-9_-]{1,64}$",
+        source="block/goose crates/goose/src/agents/extension.rs (ExtensionConfig, name_to_key) and "
+               "crates/goose/src/config/extensions.rs (ExtensionEntry)",
+        proven="")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``config.yaml`` in ``config_dir``: its ``extensions`` mapping."""
+        return config_dir(env) / "config.yaml"
 
     def verify_files(self, env: Env) -> list[Path]:
         """``config_dir`` (copied whole: config.yaml, secrets.yaml)."""
@@ -99,7 +113,14 @@ class Goose(AdapterDefaults):
         owned = {"GOOSE_PROVIDER": "openai", "GOOSE_MODEL": settings.model, "OPENAI_HOST": settings.root.url,
                  "OPENAI_BASE_PATH": f"{settings.root.version}/{CHAT_PATH}"}
         secret = {"OPENAI_API_KEY": settings.key_or_placeholder}
-        return [yaml_target(d / "config.yaml", _setter(owned), secret_keys=(), label="config.yaml"),
+        servers = wanted_entries(settings.mcp, self.mcp, goose_entry) if self.mcp else None
+        setter, ledger, path = _setter(owned), settings.mcp_ledger or McpLedger(), d / "config.yaml"
+
+        def config(doc: Any) -> None:
+            setter(doc)
+            _merge_mcp(doc, servers, ledger, path)
+
+        return [yaml_target(path, config, secret_keys=mcp_secret_keys(settings.mcp), label="config.yaml"),
                 yaml_target(d / "secrets.yaml", _setter(secret), secret_keys=("OPENAI_API_KEY",),
                             label="secrets.yaml")]
 
@@ -146,6 +167,41 @@ class Goose(AdapterDefaults):
         before ``config.yaml`` and ``secrets.yaml``: ``crates/goose/src/config/base.rs`` ``get_param``,
         ``get_secret``)."""
         return self.competing.blockers(env.environ, env.cwd)
+
+
+def goose_entry(server: McpServer) -> dict[str, Any]:
+    """Goose's ``extensions.NAME`` (an ``ExtensionEntry``: ``enabled`` plus the ``ExtensionConfig`` tagged by
+    ``type``): ``{"enabled": true, "type": "stdio", "name", "cmd", "args", "envs", "env_keys": [], "description":
+    "", "timeout": 300, "cwd"}`` or ``{"enabled": true, "type": "streamable_http", "name", "uri", "envs": {},
+    "env_keys": [], "headers", "description": "", "timeout": 300}``; values as they are."""
+    common = {"enabled": True, "name": server.name, "env_keys": [], "description": "", "timeout": 300}
+    if server.transport == "stdio":
+        cwd = {"cwd": server.cwd} if server.cwd is not None else {}
+        return {**common, "type": "stdio", "cmd": server.command, "args": list(server.args),
+                "envs": dict(server.env), **cwd}
+    return {**common, "type": "streamable_http", "uri": server.url, "envs": {}, "headers": server.all_headers()}
+
+
+def _merge_mcp(doc: Any, wanted: Mapping[str, Any] | None, ledger: McpLedger, path: Path) -> None:
+    """Merge ``wanted`` into ``doc["extensions"]`` (created only when there is a server to write).
+
+    Raises:
+        ToolFileError: ``extensions`` is not a mapping.
+    """
+    if wanted is None:
+        return
+    extensions = doc.get("extensions")
+    if extensions is None and not wanted:
+        ledger.begin(path)
+        return
+    if extensions is None:
+        from ruamel.yaml.comments import CommentedMap
+
+        extensions = doc["extensions"] = CommentedMap()
+    if not isinstance(extensions, dict):
+        raise ToolFileError(f"{path}: extensions is not a mapping",
+                            "make extensions a mapping (name: settings); conduit left the file unchanged")
+    merge_server_map(extensions, wanted, ledger, path)
 
 
 def _setter(owned: Mapping[str, str]) -> Any:

@@ -24,6 +24,7 @@ Facts (PyPI ``hermes-agent`` 0.19.0, read in the installed package):
   ``--model``, else ``HERMES_INFERENCE_MODEL``, else ``model.default``; the provider is the config's
   ``model.provider`` (``HERMES_INFERENCE_PROVIDER`` only when the config names none).
 Proven with the binary: docs/formats/hermes.md.
+- MCP servers: ``mcp_servers`` in the same ``config.yaml`` (``hermes_entry``; docs/formats/hermes.md).
 """
 
 from __future__ import annotations
@@ -54,9 +55,12 @@ from conduit.adapters.declarations import (
     Package,
     read_env_quietly,
 )
+from conduit.adapters.formats.mcpmap import mcp_secret_keys, merge_server_map, wanted_entries
+from conduit.adapters.formats.mcpshapes import needs_private, referenced
 from conduit.adapters.formats.textformats import dotenv_target, parse_yaml, read_parsed, yaml_target
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -100,6 +104,15 @@ class Hermes(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.hermes/config.yaml", key=("mcp_servers",), format="yaml",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=("hermes", "mcp", "list"),
+        source="tools/mcp_tool.py (module docstring, _interpolate_env_vars) of hermes-agent 0.19.0",
+        proven="`hermes mcp list` 0.19.0 (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``config.yaml`` in ``hermes_home``: its ``mcp_servers`` mapping."""
+        return hermes_home(env) / "config.yaml"
 
     def verify_files(self, env: Env) -> list[Path]:
         """config.yaml, .env and auth.json (credential pools) in ``hermes_home``."""
@@ -140,9 +153,12 @@ class Hermes(AdapterDefaults):
             for k, v in provider.items():
                 if entry.get(k) != v:
                     entry[k] = v
+            _merge_mcp(doc, servers, settings.mcp_ledger or mcp_ledger, path)
 
-        # config.yaml holds no key (key_env names it): its mode is kept; .env holds it (0600).
-        config = yaml_target(path, transform, secret_keys=("api_key",), mode=0o644, label="config.yaml")
+        servers, mcp_ledger = wanted_entries(settings.mcp, self.mcp, hermes_entry) if self.mcp else None, McpLedger()
+        # config.yaml holds no model key (key_env names it): its mode is kept unless an MCP secret is in it
+        config = yaml_target(path, transform, secret_keys={"api_key", *mcp_secret_keys(settings.mcp)},
+                             mode=0o600 if needs_private(settings.mcp, REF) else 0o644, label="config.yaml")
         if settings.context_window is not None and settings.context_window < MINIMUM_CONTEXT:
             config.notices = (f"Hermes Agent refuses a model whose window ({settings.context_window} tokens) is under "
                               f"{MINIMUM_CONTEXT}: it will not start with {settings.model}",)
@@ -190,6 +206,41 @@ class Hermes(AdapterDefaults):
             (str(entry.get("api_key") or ""), (home / "config.yaml",))
         endpoint = "responses" if entry.get("api_mode") == "codex_responses" else "chat/completions"
         return ClientView(str(base), key, str(model.get("default") or ""), endpoint, files)
+
+
+REF = "${%s}"
+"""Hermes expands ``${VAR}`` in every string of an MCP server's entry (``tools/mcp_tool.py``
+``_interpolate_env_vars``; the variables of ``~/.hermes/.env`` included), so a value from ``{ env = "VAR" }`` is
+written as ``${VAR}``."""
+
+
+def hermes_entry(server: McpServer) -> dict[str, Any]:
+    """Hermes's ``mcp_servers.NAME`` (``tools/mcp_tool.py``): ``{"command", "args", "env"}`` (no working folder:
+    a ``cwd`` is not written), ``{"url", "headers"}`` (streamable HTTP) or ``{"url", "headers", "transport":
+    "sse"}``."""
+    env, headers = referenced(server, REF)
+    if server.transport == "stdio":
+        return {"command": server.command, **{k: v for k, v in (("args", list(server.args)), ("env", env)) if v}}
+    extra = {"transport": "sse"} if server.transport == "sse" else {}
+    return {"url": server.url, **({"headers": headers} if headers else {}), **extra}
+
+
+def _merge_mcp(doc: Any, wanted: Mapping[str, Any] | None, ledger: McpLedger, path: Path) -> None:
+    """Merge ``wanted`` into ``doc["mcp_servers"]`` (created only when there is a server to write)."""
+    if wanted is None:
+        return
+    servers = doc.get("mcp_servers")
+    if servers is None and not wanted:
+        ledger.begin(path)
+        return
+    if servers is None:
+        from ruamel.yaml.comments import CommentedMap
+
+        servers = doc["mcp_servers"] = CommentedMap()
+    if not isinstance(servers, dict):
+        raise ToolFileError(f"{path}: mcp_servers is not a mapping",
+                            "make mcp_servers a mapping (name: settings); conduit left the file unchanged")
+    merge_server_map(servers, wanted, ledger, path)
 
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:

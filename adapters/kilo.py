@@ -30,10 +30,12 @@ the limits and the client view are ``conduit.adapters.opencode``'s own functions
 - Opt-outs: ``KILO_DISABLE_AUTOUPDATE``, ``KILO_TELEMETRY_LEVEL`` (anything but ``all`` turns its telemetry off)
   and ``KILO_DISABLE_MODELS_FETCH`` (no models.dev download), all read in the 7.7.7 bundle's flag table.
 Proven with the 7.7.7 binary (docs/formats/kilo.md).
+- MCP servers: OpenCode's ``mcp`` object in the same file (docs/formats/kilo.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -53,8 +55,11 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Blocker, Competing, OneShot, Package
 from conduit.adapters.formats.textformats import tool_version
+from conduit.adapters.mcp import McpSupport
 from conduit.adapters.opencode import (
     KEY_VAR,
+    OPENCODE_MCP,
+    key_file,
     model_overrides,
     owned_values,
     provider_targets,
@@ -62,6 +67,8 @@ from conduit.adapters.opencode import (
     read_config,
     unexported_key,
 )
+from conduit.adapters.opencode_precedence import KILO_RULES, project_blockers, project_files
+from conduit.adapters.precedence import Rule
 
 FILE_NAMES = ("kilo.jsonc", "kilo.json", "opencode.jsonc", "opencode.json", "config.json")
 """The global files in the order Kilo picks the one it writes (the first that exists; ``kilo.jsonc`` when none)."""
@@ -103,8 +110,7 @@ def layers_above(path: Path, env: Env) -> list[tuple[str, Path]]:
     out = [(f"global {n}", path.parent / n) for n in names]
     if env.get("KILO_CONFIG"):
         out.append(("KILO_CONFIG", Path(env.get("KILO_CONFIG") or "").expanduser()))
-    if not env.get("KILO_DISABLE_PROJECT_CONFIG"):
-        out += [(f"project {rel}", env.cwd / rel) for rel in PROJECT_FILES]
+    out += [(f"project {p}", p) for p in project_files(env, path, KILO_RULES)]  # from the worktree down to the working folder
     dirs = [env.home / ".kilocode", env.home / ".kilo"]
     if env.get("KILO_CONFIG_DIR"):
         dirs.append(Path(env.get("KILO_CONFIG_DIR") or "").expanduser())
@@ -141,6 +147,18 @@ class Kilo(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    precedence: ClassVar[tuple[Rule, ...]] = KILO_RULES  # conduit.adapters.opencode_precedence
+    mcp: ClassVar[McpSupport | None] = dataclasses.replace(
+        OPENCODE_MCP, file="~/.config/kilo/kilo.jsonc", list_argv=("kilo", "mcp", "list"),
+        project_files=("kilo.json", "kilo.jsonc", ".kilo/kilo.json", ".kilo/kilo.jsonc", "opencode.json",
+                       "opencode.jsonc"),
+        source="Kilo-Org/kilocode packages/opencode/src/config/config.ts (the OpenCode `mcp` schema); "
+               "the 7.7.7 binary's schema",
+        proven="`kilo mcp list` 7.7.7 (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """The global file conduit writes (``config_file``): its ``mcp`` object."""
+        return config_file(env)
 
     def verify_files(self, env: Env) -> list[Path]:
         """``config_dir`` (copied whole) and Kilo's credentials ``~/.local/share/kilo/auth.json``."""
@@ -168,12 +186,18 @@ class Kilo(AdapterDefaults):
         return provider_view(read_config(config_file(env))[0], env)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
-        """An exported ``KILO_CONFIG_CONTENT``, the project files in the working directory, and a file above the
-        one conduit writes (another global file, ``$KILO_CONFIG``, ``~/.kilo``, ``~/.kilocode``,
+        """An exported ``KILO_CONFIG_CONTENT``, a gateway value another project file Kilo applies sets
+        (``conduit.adapters.opencode_precedence.KILO_RULES``: from the worktree down to the working folder), and a
+        file above the one conduit writes (another global file, ``$KILO_CONFIG``, ``~/.kilo``, ``~/.kilocode``,
         ``$KILO_CONFIG_DIR``) that sets another ``model``."""
-        out = self.competing.blockers(env.environ, env.cwd)
+        out = dataclasses.replace(self.competing, files=()).blockers(env.environ, env.cwd)
         path = config_file(env)
         doc, _ = read_config(path)
+        opts = settings.options_as(KiloOptions)
+        wanted = {"model": f"conduit/{settings.model}", "provider.conduit.options.baseURL": settings.root.openai_base(),
+                  "provider.conduit.options.apiKey": f"{{file:{key_file(settings.channel, env)}}}"
+                  if opts.key_source == "file" else "{env:CONDUIT_API_KEY}"}
+        out += project_blockers(env, path, wanted, "conduit", project_files(env, path, KILO_RULES))
         seen = {b.source for b in out}
         for label, layer in layers_above(path, env):
             if str(layer) in seen or label.startswith("project ") or not layer.is_file():

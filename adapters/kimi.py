@@ -26,6 +26,7 @@ Facts (PyPI ``kimi-cli`` 1.51.0, read in the installed package, and its ``kosong
   ``kimi_cli/cli``). Auto-update runs in the interactive shell only and ``KIMI_CLI_NO_AUTO_UPDATE`` turns it off
   (``kimi_cli/ui/shell/__init__.py``). Kimi reads config.toml at start-up.
 Proven with the binary: docs/formats/kimi.md.
+- MCP servers: ``mcp.json`` beside ``config.toml`` (``kimi_entry``; docs/formats/kimi.md).
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
+from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.formats.textformats import read_parsed, toml_data, toml_target
 from conduit.adapters.formats.tomltables import set_root
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -73,6 +76,14 @@ UNKNOWN_CONTEXT = 100_000
 BINARIES = ("kimi",)
 ENV_OVERRIDES = {"OPENAI_BASE_URL": "base_url", "OPENAI_API_KEY": "api_key"}
 """Exported variables that replace an ``openai_legacy`` provider's values (``augment_provider_with_env_vars``)."""
+
+
+def kimi_entry(server: McpServer) -> dict[str, Any]:
+    """Kimi's ``mcpServers.NAME`` (fastmcp's ``MCPConfig``, as ``kimi mcp add`` 1.51.0 writes it): ``{"command",
+    "args", "env", "cwd"}`` or ``{"url", "transport": "http"|"sse", "headers"}`` (values as they are: fastmcp
+    expands no variable)."""
+    return standard_entry(server, http_type=None) | ({} if server.transport == "stdio" else
+                                                     {"transport": "sse" if server.transport == "sse" else "http"})
 
 
 def kimi_dir(env: Env) -> Path:
@@ -104,6 +115,16 @@ class Kimi(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.kimi/mcp.json", key=("mcpServers",), format="json",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=("kimi", "mcp", "list"),
+        source="kimi_cli/cli/mcp.py (get_global_mcp_config_file, `kimi mcp add`) and fastmcp mcp_config.py "
+               "(StdioMCPServer, RemoteMCPServer) of kimi-cli 1.51.0",
+        proven="`kimi mcp list` 1.51.0 (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``mcp.json`` in ``kimi_dir``."""
+        return kimi_dir(env) / "mcp.json"
 
     def verify_files(self, env: Env) -> list[Path]:
         """config.toml in ``kimi_dir``."""
@@ -135,7 +156,8 @@ class Kimi(AdapterDefaults):
             if model.get("max_context_size") != value:
                 model["max_context_size"] = value
 
-        return [toml_target(path, transform, secret_keys=("api_key",), label="config.toml")]
+        out: list[Target] = [toml_target(path, transform, secret_keys=("api_key",), label="config.toml")]
+        return out + mcp_json_targets(self.mcp_path(env), self.mcp, settings.mcp, settings.mcp_ledger, entry=kimi_entry)
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's entries (key masked), the variables that replace them."""

@@ -27,6 +27,7 @@ Facts (npm ``openclaw@2026.9.6``: its ``dist/`` bundle, whose region comments na
   (``src/agents/models-config.merge.ts``, ``shouldPreserveExistingBaseUrl``). OpenClaw reads no project config.
 - One-shot: ``openclaw agent exec PROMPT`` (docs ``cli/agent.md``): one embedded turn without a Gateway, in a
   temporary state directory, against the ordinary config. Needs Node >= 24.16.
+- MCP servers: ``mcp.servers`` in the same file (``openclaw_entry``; docs/formats/openclaw.md).
 """
 
 from __future__ import annotations
@@ -50,9 +51,12 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
 from conduit.adapters.formats.jsonc import Edit
+from conduit.adapters.formats.mcpmap import jsonc_server_edits, mcp_secret_keys, wanted_entries
+from conduit.adapters.formats.mcpshapes import UPPER_NAME, referenced
 from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, plain_target, read_parsed
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 from conduit.adapters.opencode import key_file
 
 PROVIDER_ID = "conduit"
@@ -128,6 +132,15 @@ class OpenClaw(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.openclaw/openclaw.json", key=("mcp", "servers"), format="jsonc",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=("openclaw", "mcp", "list"),
+        source="docs/cli/mcp.md and docs/cli/mcp/transports.md of openclaw 2026.9.6; `openclaw mcp set`",
+        proven="`openclaw mcp list` 2026.9.6 (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``config_file``: its ``mcp.servers`` object."""
+        return config_file(env)
 
     def verify_files(self, env: Env) -> list[Path]:
         """``openclaw.json`` and the state directory's ``.env`` (the agents' ``models.json`` are regenerated)."""
@@ -159,10 +172,12 @@ class OpenClaw(AdapterDefaults):
             ref = f"{PROVIDER_ID}/{settings.model}"
             out.append((("agents", "defaults", "model"), ref) if isinstance(current, str)
                        else (("agents", "defaults", "model", "primary"), ref))
-            return out
+            return out + jsonc_server_edits(doc, ("mcp", "servers"), servers, mcp_ledger, path)
 
+        servers = wanted_entries(settings.mcp, self.mcp, openclaw_entry) if self.mcp else None
+        mcp_ledger = settings.mcp_ledger or McpLedger()
         return [plain_target(kf, settings.key_or_placeholder, label=f"tool-keys/{kf.name}"),
-                jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name)]
+                jsonc_target(path, edits, secret_keys={"apiKey", *mcp_secret_keys(settings.mcp)}, label=path.name)]
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's provider (key shown as its reference), the model, the version."""
@@ -214,6 +229,20 @@ class OpenClaw(AdapterDefaults):
                                    f"delete the \"{PROVIDER_ID}\" entry from {models_json} (OpenClaw rebuilds it "
                                    "from openclaw.json)"))
         return out
+
+
+def openclaw_entry(server: McpServer) -> dict[str, Any]:
+    """OpenClaw's ``mcp.servers.NAME`` (docs ``cli/mcp/transports.md``): ``{"command", "args", "env", "cwd"}``;
+    streamable HTTP ``{"url", "transport": "streamable-http", "headers"}``; SSE ``{"url", "headers"}`` (a URL
+    without ``transport`` is SSE). A value from ``{ env = "VAR" }`` with an upper-case name is written ``${VAR}``
+    (OpenClaw substitutes those in every config string: docs ``gateway/configuration/environment-variables.md``)."""
+    env, headers = referenced(server, "${%s}", UPPER_NAME)
+    if server.transport == "stdio":
+        entry: dict[str, Any] = {"command": server.command}
+        entry.update({k: v for k, v in (("args", list(server.args)), ("env", env)) if v})
+        return entry | ({"cwd": server.cwd} if server.cwd is not None else {})
+    extra = {"transport": "streamable-http"} if server.transport == "http" else {}
+    return {"url": server.url, **extra, **({"headers": headers} if headers else {})}
 
 
 def _models(provider: dict[str, Any], settings: ToolSettings, ledger: LimitLedger, path: Path) -> list[Any]:

@@ -19,6 +19,8 @@ Facts (sst/opencode docs ``config``, ``providers`` ("Custom provider"), and ``pa
   schema in ``packages/opencode/src/provider`` is ``limit: {context, input?, output}``). OpenCode sends
   ``max_tokens = min(limit.output, OUTPUT_TOKEN_MAX) || OUTPUT_TOKEN_MAX`` (32 000), so ``output: 0`` means
   "unknown" and keeps its default; ``context`` drives its compaction. Read from the 1.18 binary's bundle.
+- MCP servers: ``mcp`` in the same file (``OPENCODE_MCP``, ``conduit.adapters.formats.mcpshapes.opencode_entry``;
+  docs/formats/opencode.md).
 """
 
 from __future__ import annotations
@@ -47,11 +49,14 @@ from conduit.adapters.declarations import (
     OPENAI_KEY,
     OPENAI_MODEL,
     OPENAI_ROUTES,
+    Blocker,
     Competing,
     OneShot,
     Package,
 )
 from conduit.adapters.formats.jsonc import _SpanParser, strip_jsonc
+from conduit.adapters.formats.mcpmap import jsonc_server_edits, mcp_secret_keys, wanted_entries
+from conduit.adapters.formats.mcpshapes import opencode_entry
 from conduit.adapters.formats.textformats import (
     jsonc_target,
     parse_jsonc,
@@ -60,6 +65,9 @@ from conduit.adapters.formats.textformats import (
     tool_version,
 )
 from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.mcp import McpLedger, McpSupport
+from conduit.adapters.opencode_precedence import RULES, project_blockers, project_files
+from conduit.adapters.precedence import Rule
 from conduit.errors import ToolFileError
 
 PROVIDER_ID = "conduit"
@@ -75,6 +83,18 @@ class OpenCodeOptions(CreateOptions):
     """
 
     key_source: Literal["file", "env"] = "file"
+
+
+OPENCODE_MCP = McpSupport(
+    file="~/.config/opencode/opencode.json", key=("mcp",), format="jsonc",
+    transports=frozenset({"stdio", "http", "sse"}), list_argv=("opencode", "mcp", "list"),
+    project_files=("opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc"),
+    source="sst/opencode packages/opencode/src/config/config.ts (McpLocal, McpRemote), docs `mcp-servers`; "
+           "the 1.18.33 binary's schema",
+    proven="`opencode mcp list` 1.18.33 (real-tool tier)")
+"""OpenCode's MCP servers: ``mcp.NAME`` in the config file conduit already edits (``opencode_entry``); a remote
+server is tried as streamable HTTP, then SSE, so both HTTP transports are written ``type = "remote"``. The file
+is kept 0600 (it may hold the key), whatever the servers hold."""
 
 
 def config_dir(env: Env) -> Path:
@@ -109,7 +129,8 @@ class OpenCode(AdapterDefaults):
     )
     restart_hint: ClassVar[str | None] = "restart OpenCode: it reads its config at start-up"
     Options: ClassVar[type[BaseModel]] = OpenCodeOptions
-    env_vars: ClassVar[tuple[str, ...]] = ("XDG_CONFIG_HOME", "OPENCODE_CONFIG", "OPENCODE_CONFIG_CONTENT", KEY_VAR)
+    env_vars: ClassVar[tuple[str, ...]] = ("XDG_CONFIG_HOME", "OPENCODE_CONFIG", "OPENCODE_CONFIG_CONTENT", KEY_VAR,
+                                          "OPENCODE_DISABLE_PROJECT_CONFIG")
 
     # OPENCODE_DISABLE_AUTOUPDATE: opencode packages/opencode/src/flag/flag.ts.
     one_shot: ClassVar[OneShot | None] = OneShot(("opencode",), ("run",), opt_outs={"OPENCODE_DISABLE_AUTOUPDATE": "1"})
@@ -122,6 +143,31 @@ class OpenCode(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = OPENCODE_MCP
+    precedence: ClassVar[tuple[Rule, ...]] = RULES  # conduit.adapters.opencode_precedence
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """The global config file (``config_file``): its ``mcp`` object."""
+        return config_file(env)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """``OPENCODE_CONFIG_CONTENT`` exported (it ranks above every file), and each gateway value that
+        ``$OPENCODE_CONFIG`` or the project files OpenCode applies from the working folder set to another value
+        (``conduit.adapters.opencode_precedence``); a project file that sets none of them outranks nothing."""
+        opts = settings.options_as(OpenCodeOptions)
+        wanted = {"model": f"{PROVIDER_ID}/{settings.model}",
+                  f"provider.{PROVIDER_ID}.options.baseURL": settings.root.openai_base(),
+                  f"provider.{PROVIDER_ID}.options.apiKey": f"{{file:{key_file(settings.channel, env)}}}"
+                  if opts.key_source == "file" else f"{{env:{KEY_VAR}}}"}
+        if settings.small_model:
+            wanted["small_model"] = f"{PROVIDER_ID}/{settings.small_model}"
+        path = config_file(env)
+        custom = [Path(env.get("OPENCODE_CONFIG") or "")] if env.get("OPENCODE_CONFIG") else []
+        out = [Blocker("overridden", "shell environment", "OPENCODE_CONFIG_CONTENT is exported: OpenCode merges it "
+                       "over every config file", "unset OPENCODE_CONFIG_CONTENT")] \
+            if env.get("OPENCODE_CONFIG_CONTENT") else []
+        return out + project_blockers(env, path, wanted, PROVIDER_ID,
+                                      [p for p in custom if p.is_file()] + project_files(env, path))
 
     def verify_files(self, env: Env) -> list[Path]:
         """``config_dir`` (copied whole) and ``~/.local/share/opencode/auth.json``."""
@@ -204,10 +250,11 @@ def provider_targets(settings: ToolSettings, path: Path, env: Env, key_source: s
         drop[:] = [small is ABSENT and "small_model" in doc]
         if small is not ABSENT and small != doc.get("small_model", ABSENT):
             out.append((("small_model",), small))
-        return out
+        return out + jsonc_server_edits(doc, ("mcp",), servers, settings.mcp_ledger or mcp_ledger, path)
 
-    ledger, drop = settings.limits or LimitLedger(), [False]
-    target = jsonc_target(path, edits, secret_keys=("apiKey",), label=path.name)
+    ledger, drop, mcp_ledger = settings.limits or LimitLedger(), [False], McpLedger()
+    servers = wanted_entries(settings.mcp, OPENCODE_MCP, opencode_entry)
+    target = jsonc_target(path, edits, secret_keys={"apiKey", *mcp_secret_keys(settings.mcp)}, label=path.name)
     render = target.render
 
     def render_then_drop(text: str | None) -> str:
@@ -255,9 +302,7 @@ def _options(doc: dict[str, Any], provider_id: str = PROVIDER_ID) -> dict[str, A
 def _overrides(doc: dict[str, Any], path: Path, env: Env) -> dict[str, Effective]:
     """``model`` set by a layer above the global file: ``$OPENCODE_CONFIG``, then the project's files."""
     layers = [("OPENCODE_CONFIG", Path(env.get("OPENCODE_CONFIG") or ""))] if env.get("OPENCODE_CONFIG") else []
-    layers += [(f"project {p.name}", p) for p in (env.cwd / "opencode.json", env.cwd / "opencode.jsonc",
-                                                  env.cwd / ".opencode" / "opencode.json",
-                                                  env.cwd / ".opencode" / "opencode.jsonc")]
+    layers += [(f"project {p.name}", p) for p in project_files(env, path)]
     return model_overrides(doc, path, layers)
 
 
@@ -331,5 +376,5 @@ def _with_limit(entry: Any, settings: ToolSettings) -> Any:
                                "output": settings.max_output_tokens or 0}}
 
 
-__all__ = ["OpenCode", "OpenCodeOptions", "config_dir", "config_file", "key_file", "model_overrides", "owned_values",
+__all__ = ["OPENCODE_MCP", "OpenCode", "OpenCodeOptions", "config_dir", "config_file", "key_file", "model_overrides", "owned_values",
            "provider_targets", "provider_view", "read_config", "unexported_key"]

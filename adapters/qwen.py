@@ -27,6 +27,7 @@ model-providers.md``; proven with the 0.24.4 binary (docs/formats/qwen.md):
   workspace settings and project ``.env`` files, not the user's: conduit's files still apply.
 - Opt-outs: ``QWEN_USAGE_STATISTICS_ENABLED=false`` (above ``privacy.usageStatisticsEnabled``) and
   ``QWEN_TELEMETRY_ENABLED=false`` (above ``telemetry.enabled``), both read in ``packages/cli/src/config/config.ts``.
+- MCP servers: ``mcpServers`` in the same ``settings.json`` (``qwen_entry``; docs/formats/qwen.md).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
 from conduit.adapters.formats.masking import shown
+from conduit.adapters.formats.mcpmap import jsonc_server_edits, mcp_secret_keys, wanted_entries
+from conduit.adapters.formats.mcpshapes import needs_private, referenced
 from conduit.adapters.formats.textformats import (
     dotenv_target,
     jsonc_target,
@@ -59,6 +62,7 @@ from conduit.adapters.formats.textformats import (
 )
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 
 AUTH_TYPE = "openai"
 KEY_VAR = "CONDUIT_API_KEY"
@@ -130,6 +134,17 @@ class Qwen(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.qwen/settings.json", key=("mcpServers",), format="jsonc",
+        transports=frozenset({"stdio", "http", "sse"}), list_argv=("qwen", "mcp", "list"),
+        project_files=(".qwen/settings.json",),
+        source="QwenLM/qwen-code packages/cli/src/config/settingsSchema.ts (mcpServers), "
+               "packages/core/src/utils/envVarResolver.ts; `qwen mcp add` 0.24.4",
+        proven="`qwen mcp list` 0.24.4 (real-tool tier)")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``settings.json`` in ``qwen_dir``: its ``mcpServers`` object."""
+        return qwen_dir(env) / "settings.json"
 
     def verify_files(self, env: Env) -> list[Path]:
         """``trustedFolders.json`` and ``QWEN.md`` in ``qwen_dir`` and the ``.env`` beside it."""
@@ -144,16 +159,20 @@ class Qwen(AdapterDefaults):
         path = d / "settings.json"
         base_url = settings.root.openai_base()
         ledger = settings.limits or LimitLedger()
+        servers = wanted_entries(settings.mcp, self.mcp, qwen_entry) if self.mcp else None
+        mcp_ledger = settings.mcp_ledger or McpLedger()
 
         def edits(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
             ledger.begin(path)
             return [(("security", "auth", "selectedType"), AUTH_TYPE), (("model", "name"), settings.model),
                     (("model", "baseUrl"), base_url),
-                    (("modelProviders", AUTH_TYPE), _provider_list(doc, settings, base_url, ledger, path))]
+                    (("modelProviders", AUTH_TYPE), _provider_list(doc, settings, base_url, ledger, path)),
+                    *jsonc_server_edits(doc, ("mcpServers",), servers, mcp_ledger, path)]
 
+        private = needs_private(settings.mcp, REF)  # the model key is in .env; an MCP secret may be here
         return [dotenv_target(d / ".env", {KEY_VAR: settings.key_or_placeholder}, secret_keys=(KEY_VAR,), label=".env"),
-                jsonc_target(path, edits, secret_keys=(KEY_VAR,), mode=0o644, label="settings.json",  # holds no key
-                             no_trailing_commas="Qwen Code")]
+                jsonc_target(path, edits, secret_keys={KEY_VAR, *mcp_secret_keys(settings.mcp)},
+                             mode=0o600 if private else 0o644, label="settings.json", no_trailing_commas="Qwen Code")]
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the files, the owned values (key masked) and the version."""
@@ -215,6 +234,23 @@ class Qwen(AdapterDefaults):
                 out.append(Blocker("overridden", str(layer), f"modelProviders in the {label} settings replaces the "
                                    "user's whole list, conduit's entry included", f"remove modelProviders from {layer}"))
         return out
+
+
+REF = "${%s}"
+"""Qwen Code expands ``$VAR`` and ``${VAR}`` in every string of ``settings.json`` when it loads it
+(``packages/core/src/utils/envVarResolver.ts``), so a value from ``{ env = "VAR" }`` is written as ``${VAR}``."""
+
+
+def qwen_entry(server: McpServer) -> dict[str, Any]:
+    """Qwen Code's ``mcpServers.NAME`` (``MCPServerConfig``, what ``qwen mcp add`` 0.24.4 writes):
+    ``{"command", "args", "env", "cwd"}``; streamable HTTP ``{"httpUrl", "headers"}``; SSE ``{"url", "headers"}``."""
+    env, headers = referenced(server, REF)
+    if server.transport == "stdio":
+        entry: dict[str, Any] = {"command": server.command}
+        entry.update({k: v for k, v in (("args", list(server.args)), ("env", env)) if v})
+        return entry | ({"cwd": server.cwd} if server.cwd is not None else {})
+    url_key = "httpUrl" if server.transport == "http" else "url"
+    return {url_key: server.url, **({"headers": headers} if headers else {})}
 
 
 def _provider_list(doc: dict[str, Any], settings: ToolSettings, base_url: str, ledger: LimitLedger,
@@ -307,4 +343,4 @@ def _layers_above(env: Env) -> list[tuple[str, Path]]:
     return out
 
 
-__all__ = ["Qwen", "QwenOptions", "qwen_dir"]
+__all__ = ["Qwen", "QwenOptions", "qwen_dir", "qwen_entry"]

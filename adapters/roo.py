@@ -21,6 +21,7 @@ comes from RooCodeInc/Roo-Code's source and the tests prove conduit's files agai
 - conduit writes the import file (it holds the key: 0600) under its own config directory, and points the
   setting at it. The profile ``conduit`` becomes the active one at every start-up (a profile chosen in Roo's
   window in between is replaced then); Roo keeps the imported key in VS Code's secret storage.
+- MCP servers: ``mcp_settings.json`` in Roo Code's VS Code storage (``roo_entry``; docs/formats/roo.md).
 """
 
 from __future__ import annotations
@@ -44,12 +45,33 @@ from conduit.adapters.base import (
 )
 from conduit.adapters.declarations import Competing, OneShot, Package
 from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
+from conduit.adapters.formats.mcpmap import mcp_json_targets
+from conduit.adapters.formats.mcpshapes import needs_private, referenced
 from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc
+from conduit.adapters.mcp import McpServer, McpSupport
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 PROFILE = "conduit"
 SETTING = "roo-cline.autoImportSettingsPath"
+
+
+EXTENSION_ID = "rooveterinaryinc.roo-cline"
+REF = "${env:%s}"
+"""Roo Code replaces ``${env:VAR}`` in each server's entry before starting it (``McpHub.ts`` ``injectVariables``),
+so a value from ``{ env = "VAR" }`` is written ``${env:VAR}``."""
+
+
+def roo_entry(server: McpServer) -> dict[str, Any]:
+    """Roo Code's ``mcpServers.NAME`` (``McpHub.ts`` ``ServerConfigSchema``): ``{"command", "args", "env",
+    "cwd"}``, or ``{"type": "streamable-http"|"sse", "url", "headers"}`` (a URL entry must name its type)."""
+    env, headers = referenced(server, REF)
+    if server.transport == "stdio":
+        entry: dict[str, Any] = {"command": server.command}
+        entry.update({k: v for k, v in (("args", list(server.args)), ("env", env)) if v})
+        return entry | ({"cwd": server.cwd} if server.cwd is not None else {})
+    kind = "sse" if server.transport == "sse" else "streamable-http"
+    return {"type": kind, "url": server.url, **({"headers": headers} if headers else {})}
 
 
 def vscode_settings(env: Env) -> Path:
@@ -85,6 +107,17 @@ class Roo(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = ()
     model_routes: ClassVar[tuple[str, ...]] = ()
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.config/Code/User/globalStorage/rooveterinaryinc.roo-cline/settings/mcp_settings.json",
+        key=("mcpServers",), format="json", transports=frozenset({"stdio", "http", "sse"}), list_argv=None,
+        project_files=(".roo/mcp.json",),
+        source="RooCodeInc/Roo-Code src/services/mcp/McpHub.ts (ServerConfigSchema, getMcpSettingsFilePath, "
+               "injectVariables)",
+        proven="")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``mcp_settings.json`` in Roo Code's VS Code global storage (``settings/``)."""
+        return vscode_settings(env).parent / "globalStorage" / EXTENSION_ID / "settings" / "mcp_settings.json"
 
     def verify_files(self, env: Env) -> list[Path]:
         """None besides ``plan``'s targets."""
@@ -106,8 +139,14 @@ class Roo(AdapterDefaults):
             doc["providerProfiles"] = {**profiles, "currentApiConfigName": PROFILE, "apiConfigs": configs}
             return doc
 
-        return [json_target(path, transform, secret_keys=("openAiApiKey",), label=f"tool-keys/{path.name}"),
-                jsonc_target(vs, lambda _doc: [((SETTING,), str(path))], secret_keys=(), label="settings.json")]
+        out: list[Target] = [
+            json_target(path, transform, secret_keys=("openAiApiKey",), label=f"tool-keys/{path.name}"),
+            jsonc_target(vs, lambda _doc: [((SETTING,), str(path))], secret_keys=(), label="settings.json")]
+        mcp = mcp_json_targets(self.mcp_path(env), self.mcp, settings.mcp, settings.mcp_ledger, entry=roo_entry)
+        for target in mcp:
+            target.mode = 0o600 if needs_private(settings.mcp, REF) else 0o644  # references hold no secret
+            out.append(target)
+        return out
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the VS Code setting, the file it names and its current profile (key masked)."""

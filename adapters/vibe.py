@@ -28,6 +28,7 @@ Facts (PyPI ``mistral-vibe`` 3.0.3, read in the installed package: ``vibe/`` and
   ``enable_update_checks`` and ``enable_telemetry`` can be turned off with ``VIBE_ENABLE_UPDATE_CHECKS`` /
   ``VIBE_ENABLE_TELEMETRY`` (the ``VIBE_*`` layer).
 Proven with the binary: docs/formats/vibe.md.
+- MCP servers: ``[[mcp_servers]]`` tables in the same ``config.toml`` (``vibe_entry``; docs/formats/vibe.md).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ from conduit.adapters.declarations import (
     Package,
     read_env_quietly,
 )
+from conduit.adapters.formats.mcpmap import mcp_secret_keys, wanted_entries
+from conduit.adapters.formats.mcpshapes import merge_named_list, toml_item
 from conduit.adapters.formats.textformats import (
     dotenv_target,
     read_parsed,
@@ -68,6 +71,7 @@ from conduit.adapters.formats.textformats import (
 from conduit.adapters.formats.tomltables import aot_entry, set_root
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -117,6 +121,17 @@ class Vibe(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.vibe/config.toml", key=("mcp_servers",), format="toml", shape="list",
+        transports=frozenset({"stdio", "http"}), list_argv=None, project_files=(".vibe/config.toml",),
+        name_rule=r"^[A-Za-z0-9]([A-Za-z0-9_-]{0,62}[A-Za-z0-9])?$",
+        source="vibe/core/config/models.py (MCPStdio, MCPStreamableHttp, MCPStaticAuth) of mistral-vibe 3.0.3; "
+               "`vibe mcp add`",
+        proven="")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``config.toml`` in ``vibe_home``: its ``[[mcp_servers]]`` tables."""
+        return vibe_home(env) / "config.toml"
 
     def verify_files(self, env: Env) -> list[Path]:
         """config.toml, .env and trusted_folders.toml in ``vibe_home``."""
@@ -152,7 +167,13 @@ class Vibe(AdapterDefaults):
                 elif model.get(key, ABSENT) != value:
                     model[key] = value
 
-        config = toml_target(path, transform, secret_keys=(KEY_VAR,), mode=0o644, label="config.toml")
+            _merge_mcp(doc, servers, settings.mcp_ledger or McpLedger(), path)
+
+        servers = wanted_entries(settings.mcp, self.mcp, vibe_entry) if self.mcp else None
+        config = toml_target(path, transform, secret_keys={KEY_VAR, *mcp_secret_keys(settings.mcp)},
+                             mode=0o600 if any(s.secrets or (s.bearer is not None and not s.bearer_env)
+                                               for s in settings.mcp or ()) else 0o644,  # api_key_env: a name
+                             label="config.toml")
         if settings.context_window is not None and settings.context_window < MINIMUM_CONTEXT:
             config.notices = (f"Mistral Vibe refuses a model whose window ({settings.context_window} tokens) is under "
                               f"{MINIMUM_CONTEXT}: it will not start with {settings.model}",)
@@ -197,6 +218,47 @@ class Vibe(AdapterDefaults):
         key = key or read_env_quietly(home / ".env").get(var, "")
         return ClientView(str(provider["api_base"]).rstrip("/"), key, str(model.get("name") or ""),
                           key_files=(home / ".env",))
+
+
+def vibe_entry(server: McpServer) -> dict[str, Any]:
+    """Vibe's ``[[mcp_servers]]`` table, as ``vibe mcp add`` 3.0.3 writes it: ``{"name", "transport": "stdio",
+    "command", "args", "env", "cwd"}`` or ``{"name", "transport": "streamable-http", "url", "auth": {"type":
+    "static", "headers", "api_key_env"}}``: a bearer token from ``{ env = "VAR" }`` becomes ``api_key_env = "VAR"``
+    (sent as ``Authorization: Bearer <value>``); other values are written as they are."""
+    if server.transport == "stdio":
+        entry: dict[str, Any] = {"name": server.name, "transport": "stdio", "command": server.command}
+        entry.update({k: v for k, v in (("args", list(server.args)), ("env", dict(server.env))) if v})
+        return entry | ({"cwd": server.cwd} if server.cwd is not None else {})
+    headers = dict(server.headers)
+    auth: dict[str, Any] = {"type": "static"}
+    if server.bearer is not None and server.bearer_env:
+        auth["api_key_env"] = server.bearer_env
+    elif server.bearer is not None:
+        headers["Authorization"] = f"Bearer {server.bearer}"
+    if headers:
+        auth["headers"] = headers
+    return {"name": server.name, "transport": "streamable-http", "url": server.url,
+            **({"auth": auth} if len(auth) > 1 else {})}
+
+
+def _merge_mcp(doc: tomlkit.TOMLDocument, wanted: Mapping[str, Any] | None, ledger: McpLedger, path: Path) -> None:
+    """Merge ``wanted`` into the ``[[mcp_servers]]`` tables of ``doc`` (created only when there is one to write).
+
+    Raises:
+        ToolFileError: ``mcp_servers`` is not an array of tables (Vibe refuses ``[mcp_servers.NAME]`` too).
+    """
+    if wanted is None:
+        return
+    current = doc.get("mcp_servers")
+    if current is None and not wanted:
+        ledger.begin(path)
+        return
+    if current is None:
+        current = doc["mcp_servers"] = tomlkit.aot()
+    if not isinstance(current, tomlkit.items.AoT | list):
+        raise ToolFileError(f"{path}: mcp_servers is not a list of [[mcp_servers]] tables (Vibe refuses it too)",
+                            "write each server as a [[mcp_servers]] table with a name; conduit left the file unchanged")
+    merge_named_list(current, wanted, ledger, path, make=toml_item)
 
 
 def _update(table: Any, owned: Mapping[str, Any]) -> None:

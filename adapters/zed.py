@@ -23,6 +23,7 @@ tests against that format only, not by the editor itself (docs/formats/zed.md).
 - ``agent.default_model = {"provider": "conduit", "model": <model>}`` selects it for the agent
   (``crates/settings_content/src/agent.rs`` ``LanguageModelSelection``). Zed reloads ``settings.json`` when it
   changes; its environment (the key variable) is read when it starts.
+- MCP servers: ``context_servers`` in the same ``settings.json`` (``zed_entry``; docs/formats/zed.md).
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ from conduit.adapters.base import (
     ToolSettings,
 )
 from conduit.adapters.declarations import Competing, OneShot, Package
+from conduit.adapters.formats.mcpmap import jsonc_server_edits, mcp_secret_keys, wanted_entries
 from conduit.adapters.formats.textformats import jsonc_target, parse_jsonc, read_parsed
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 
 PROVIDER_ID = "conduit"
 DEFAULT_MAX_TOKENS = 128000
@@ -94,6 +97,16 @@ class Zed(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = ()
     model_routes: ClassVar[tuple[str, ...]] = ()
     fresh_options: ClassVar[Mapping[str, object]] = {"create": True}
+    mcp: ClassVar[McpSupport | None] = McpSupport(
+        file="~/.config/zed/settings.json", key=("context_servers",), format="jsonc",
+        transports=frozenset({"stdio", "http"}), list_argv=None, project_files=(".zed/settings.json",),
+        source="zed-industries/zed crates/settings_content/src/project.rs (ContextServerSettingsContent, "
+               "ContextServerCommand)",
+        proven="")
+
+    def mcp_path(self, env: Env) -> Path | None:
+        """``settings.json`` in ``config_dir``: its ``context_servers`` object."""
+        return config_dir(env) / "settings.json"
 
     def verify_files(self, env: Env) -> list[Path]:
         """None besides ``plan``'s target (the key is not in a file)."""
@@ -117,9 +130,12 @@ class Zed(AdapterDefaults):
                 models = [entry if m is found else m for m in models]
             return [((*base, "api_url"), settings.root.openai_base()),
                     ((*base, "available_models"), models),
-                    (("agent", "default_model"), {"provider": PROVIDER_ID, "model": settings.model})]
+                    (("agent", "default_model"), {"provider": PROVIDER_ID, "model": settings.model}),
+                    *jsonc_server_edits(doc, ("context_servers",), servers, mcp_ledger, path)]
 
-        return [jsonc_target(path, edits, secret_keys=(), label=path.name)]
+        servers = wanted_entries(settings.mcp, self.mcp, zed_entry) if self.mcp else None
+        mcp_ledger = settings.mcp_ledger or McpLedger()
+        return [jsonc_target(path, edits, secret_keys=mcp_secret_keys(settings.mcp), label=path.name)]
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's provider, the default model, and where the key comes from."""
@@ -161,6 +177,17 @@ class Zed(AdapterDefaults):
         endpoint = "chat/completions" if caps.get("chat_completions", True) is not False else "responses"
         return ClientView(str(provider["api_url"]), env.get(KEY_VAR) or "", model, endpoint=endpoint,
                           key_env=KEY_VAR)
+
+
+def zed_entry(server: McpServer) -> dict[str, Any]:
+    """Zed's ``context_servers.NAME`` (``ContextServerSettingsContent``, untagged): ``{"command", "args", "env"}``
+    (``args`` always written; no working folder: a ``cwd`` is not written) or ``{"url", "headers"}`` (streamable
+    HTTP); values as they are (the file is 0600)."""
+    if server.transport == "stdio":
+        entry: dict[str, Any] = {"command": server.command, "args": list(server.args)}
+        return entry | ({"env": dict(server.env)} if server.env else {})
+    headers = server.all_headers()
+    return {"url": server.url, **({"headers": headers} if headers else {})}
 
 
 def _read(path: Path) -> tuple[dict[str, Any], str | None]:

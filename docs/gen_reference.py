@@ -274,6 +274,8 @@ def value_text(value: object) -> str:
         return "; ".join(f"{name} {value_text(v)}" for name, v in fields if v not in ((), {}, None))
     if isinstance(value, tuple | list) and all(isinstance(v, str) for v in value):
         return ", ".join(code(v) for v in value)
+    if isinstance(value, set | frozenset):  # sorted: a set's order changes with PYTHONHASHSEED
+        return ", ".join(code(str(v)) for v in sorted(value, key=str))
     if isinstance(value, Mapping):
         return ", ".join(f"{code(k)} = {code(json.dumps(v))}" for k, v in value.items())
     return code(json.dumps(value, default=str))

@@ -54,8 +54,10 @@ COMMANDS: dict[str, Entry] = {
                         "as they are."),
     "env": Entry("run", "Print the shell lines that give a tool the profile's settings: eval \"$(conduit env "
                         "copilot --show-key)\"."),
+    "mcp": Entry("mcp", "List, add and remove the MCP servers the profile gives the tools (conduit mcp list "
+                        "shows, per tool, whether it will load each one)."),
     "key": Entry("key", "Store, list and remove keys in conduit's secrets file (~/.config/conduit/secrets.toml, "
-                        "mode 0600)."),
+                        "mode 0600) or, with --keyring, in the OS keychain."),
     "service": Entry("daemon", "Install conduit's systemd user units."),
     "vllm": Entry("vllm", "Supervise the local vLLM server described by the profile's vllm table."),
 }

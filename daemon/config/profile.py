@@ -53,6 +53,7 @@ from conduit.daemon.config import paths
 from conduit.daemon.config.fallback import FallbackSettings
 from conduit.daemon.config.fields import Bool, Float, Int, ModelId, refuse_bool_int
 from conduit.daemon.config.lines import where_in
+from conduit.daemon.config.mcpconfig import McpConfig, check_mcp
 from conduit.daemon.config.normalize import normalize_base_url
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.sources import KeySource, key_source_from
@@ -114,6 +115,7 @@ class ToolConfig(BaseModel):
         context_window: the context window in tokens written to the tool where it has such a setting; wins over
             what the channel's ``GET /v1/models`` reports.
         max_output_tokens: the output limit in tokens, likewise.
+        mcp: false: no MCP servers for this tool; a list: only these ``[mcp.servers]`` (docs/mcp.md).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -125,6 +127,7 @@ class ToolConfig(BaseModel):
     fallback: Bool = True
     context_window: Annotated[Int, Field(gt=0)] | None = None
     max_output_tokens: Annotated[Int, Field(gt=0)] | None = None
+    mcp: Bool | list[str] | None = None
 
     def options(self) -> dict[str, Any]:
         """The tool-specific options (every key not common to all tools)."""
@@ -141,6 +144,7 @@ class Profile(BaseModel):
         model: the model every tool uses, as the gateway names it
         small_model: the background model (Claude Code's haiku slot, OpenCode's ``small_model``, Aider's weak model)
         on_drift: the sync daemon's policy when a tool changes a key conduit owns: report it, or write it back
+        mcp: the ``[mcp.servers.NAME]`` tables: MCP servers written into each tool that reads them (docs/mcp.md)
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -154,9 +158,11 @@ class Profile(BaseModel):
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     vllm: dict[str, Any] | None = None
     fallback: FallbackSettings | None = None
+    mcp: McpConfig | None = None
 
 
-COMMON_TOOL_KEYS = ("enabled", "channel", "model", "small_model", "fallback", "context_window", "max_output_tokens")
+COMMON_TOOL_KEYS = ("enabled", "channel", "model", "small_model", "fallback", "context_window", "max_output_tokens",
+                    "mcp")
 
 #: The channel a ``[vllm]`` table defines unless the profile has its own ``[channels.local]``.
 LOCAL_CHANNEL = "local"
@@ -413,6 +419,7 @@ def _check_references(loaded: LoadedProfile) -> None:
             hint = "the `local` channel comes from a [vllm] table (or write [channels.local] yourself); " + hint
         raise ProfileError(f"{loaded.where('channel')}: channel `{prof.channel}` is not defined", hint)
     _check_fallback(loaded)
+    check_mcp(prof.mcp, prof.tools, loaded.where)
     for name, tool in prof.tools.items():
         if name not in ADAPTERS:
             raise ProfileError(f"{loaded.where('tools', name)}: unknown tool `{name}`", did_you_mean(name, ADAPTERS))

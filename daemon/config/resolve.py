@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from conduit.adapters.base import AuthStyle, Root, ToolSettings
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.fallback import FallbackSettings
+from conduit.daemon.config.mcpconfig import tool_servers
 from conduit.daemon.config.profile import LoadedProfile, channel_hint
 from conduit.daemon.config.routing import RoutingDecision, read_routing
 from conduit.daemon.config.sources import read_key
@@ -152,6 +153,7 @@ class Resolver:
             small_model=route.small_model if route is not None else cfg.small_model or prof.small_model,
             timeout_s=ch.timeout_s,
             options=adapter.Options.model_validate(cfg.options()),  # checked at load: tool_problems
+            mcp=tool_servers(prof.mcp, prof.tools, tool, self.environ),
         )
 
 

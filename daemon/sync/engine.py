@@ -46,6 +46,7 @@ from conduit.daemon.config.profile import LoadedProfile
 from conduit.daemon.config.redaction import REDACTOR
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.config.routing import decision
+from conduit.daemon.sync.mcpstate import remember_mcp, with_mcp
 from conduit.errors import BadArguments, ConduitError
 from conduit.fileio import atomic_write, make_private_dirs
 from conduit.text import one_line
@@ -264,7 +265,7 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
         return report
     try:
         settings = resolver.tool_settings(name)
-        settings = with_context(settings, resolver.profile)  # [tools.X] context_window, else /models
+        settings = with_mcp(with_context(settings, resolver.profile))  # context: [tools.X]/models; MCP owners
         settings = _with_derived(settings, route_values(name, resolver, env))
         held = next((m for m in (settings.model, settings.small_model) if m and is_placeholder(m)), None)
         if held is not None:  # e.g. `conduit init`'s MODEL-NAME: a tool that worked must not be broken by it
@@ -311,6 +312,7 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
         elif result.changed and report.status != "error":
             report.status = "changed"
     remember_limits(settings, report.results, dry_run=writer.dry_run)  # who owns each limit value now
+    remember_mcp(settings, report.results, dry_run=writer.dry_run)  # ... and each MCP server entry
     if report.status == "changed":
         report.restart_hint = adapter.restart_hint
     return report
