@@ -36,6 +36,7 @@ from conduit.daemon.sync.logs import setup_logging
 from conduit.daemon.sync.loop import DEBOUNCE_S, DaemonOptions, SyncDaemon
 from conduit.daemon.sync.state import state_path
 from conduit.fileio import remove_stale_temps
+from conduit.memory import limit_arenas
 from conduit.sdnotify import sd_notify
 
 __all__ = ["STOP_WAIT_S", "run_daemon", "serve"]
@@ -63,6 +64,7 @@ def serve(daemon: SyncDaemon) -> int:
         log.info("removed %d temp file(s) a stopped daemon left next to %s", removed, state_path())
     daemon.progress.lock_fd = lock_fd
     signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # before any thread starts: they inherit the mask
+    limit_arenas()  # before any thread starts too: its threads only hand events over
     try:
         daemon.start()
         while True:

@@ -147,3 +147,36 @@ def test_release_free_memory_gives_pages_back() -> None:
     after = proc.memory_info().rss
     assert before - after > 20 * 2**20, (before, after)
     assert pinned
+
+
+ARENAS = """import ctypes, sys, threading
+from conduit.memory import limit_arenas
+if sys.argv[1] == "limit":
+    assert limit_arenas(2)
+go = threading.Barrier(8)
+keep = []
+def work():
+    go.wait()  # all at once: each thread that finds the arenas busy gets one of its own
+    keep.append([bytearray(4096) for _ in range(3000)])
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+ctypes.CDLL("libc.so.6").malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+def test_limit_arenas_keeps_threads_to_two_arenas() -> None:
+    """Eight threads allocating at once get arenas of their own (glibc); after ``limit_arenas(2)`` there are two.
+    Real processes, counted by glibc's own ``malloc_stats``."""
+    import subprocess
+    import sys
+
+    def arenas(mode: str) -> int:
+        r = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return sum(1 for line in r.stderr.splitlines() if line.startswith("Arena "))
+
+    assert arenas("limit") == 2
+    assert arenas("free") > 2
