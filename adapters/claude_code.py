@@ -284,10 +284,13 @@ class ClaudeCode(AdapterDefaults):
                        for var in LEDGER_VARS}
             doc["env"] = merge_env(doc.get("env"), {**wanted, **{var: None if value is ABSENT else value
                                                                  for var, value in settled.items()}})
-            if helper is not None:
-                doc[HELPER_KEY] = helper
-            elif is_conduit_helper(doc.get(HELPER_KEY)):
-                del doc[HELPER_KEY]  # back to a copy: conduit's helper goes, a person's own stays
+            # apiKeyHelper is a slot too: a person's own helper that reference mode replaces comes back when the
+            # channel goes back to a copy (a helper conduit wrote before these records goes, a person's stays)
+            kept = ledger.settle(path, HELPER_KEY, doc.get(HELPER_KEY, ABSENT), helper)
+            if kept is ABSENT or (helper is None and is_conduit_helper(kept)):
+                doc.pop(HELPER_KEY, None)
+            else:
+                doc[HELPER_KEY] = kept
             return doc
 
         targets: list[Target] = [json_target(path, transform, secret_keys=SECRET_VARS, label="settings.json")]

@@ -112,11 +112,15 @@ class LateSaves:
         lines: list[str] = []
         keep: list[_Displaced] = []
         for d in due:
-            verdict = self._decide(d, now)
+            try:
+                verdict = self._decide(d, now)
+            except Exception as exc:  # noqa: BLE001 - one odd file (too deep to parse, gone) must not stop the rest
+                verdict = f"{d.real}: a save in the file conduit had replaced was not put back ({type(exc).__name__})"
             if verdict is None:
                 keep.append(d)
                 continue
-            os.close(d.fd)
+            with contextlib.suppress(OSError):
+                os.close(d.fd)
             if verdict:
                 lines.append(verdict)
         if keep:

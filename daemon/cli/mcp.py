@@ -104,7 +104,8 @@ def add_cmd(
 ) -> int:
     """Add an MCP server to the profile (comments kept), then sync: conduit mcp add NAME -- COMMAND ARGS."""
     if bool(command) == bool(url):
-        raise BadArguments("give either a command after `--` or --url, not both",
+        raise BadArguments("give a command after `--` or --url (one of them)" if not command else
+                           "give either a command after `--` or --url, not both",
                            "conduit mcp add NAME -- /path/to/server ARGS, or conduit mcp add NAME --url URL")
     profile = add_server(state.profile, name, command=command[0] if command else None,
                          args=command[1:] if command else (), url=url, tools=tool)

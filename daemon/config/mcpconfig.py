@@ -176,12 +176,14 @@ def resolve_server(name: str, cfg: McpServerConfig, environ: Mapping[str, str] |
         return out
 
     if cfg.command is not None:
-        cmd = cfg.command.strip()
         home = (os.environ if environ is None else environ).get("HOME")
-        if cmd.startswith("~/") and home:
-            cmd = home.rstrip("/") + cmd[1:]
-        return McpServer(name=name, transport="stdio", command=cmd, args=tuple(cfg.args), env=values(cfg.env),
-                         cwd=cfg.cwd, env_refs=refs, secrets=frozenset(secrets))
+
+        def expand(path: str) -> str:  # a tool does not expand ~ in a command or a folder
+            return home.rstrip("/") + path[1:] if path.startswith("~/") and home else path
+
+        cwd = expand(cfg.cwd) if cfg.cwd is not None else None
+        return McpServer(name=name, transport="stdio", command=expand(cfg.command.strip()), args=tuple(cfg.args),
+                         env=values(cfg.env), cwd=cwd, env_refs=refs, secrets=frozenset(secrets))
     bearer, bearer_env = None, None
     if cfg.bearer_token is not None:
         bearer, bearer_env, _ = _value(cfg.bearer_token, "Authorization", environ)

@@ -11,7 +11,7 @@ import tomlkit
 
 from conduit.daemon.config.edit import save_profile
 from conduit.daemon.config.profile import LoadedProfile, load_profile
-from conduit.errors import BadArguments
+from conduit.errors import BadArguments, ProfileError
 
 __all__ = ["add_server", "remove_server"]
 
@@ -21,8 +21,9 @@ def add_server(path: str | Path | None, name: str, *, command: str | None = None
     """Add ``[mcp.servers.NAME]`` (stdio ``command`` + ``args``, or ``url``) and save the profile.
 
     Raises:
-        BadArguments: a server of that name exists already (exit 3).
-        ProfileError: the new table is invalid (a relative command path, a bad name...); nothing is written.
+        BadArguments: a server of that name exists already, or the new table is invalid (a relative command
+            path, a bad name...): exit 3, nothing is written.
+        ProfileError: the profile itself does not load.
     """
     loaded = load_profile(path)
     doc = tomlkit.parse(loaded.text)
@@ -47,7 +48,10 @@ def add_server(path: str | Path | None, name: str, *, command: str | None = None
     if tools:
         table["tools"] = list(tools)
     servers[name] = table
-    new = save_profile(loaded.path, tomlkit.dumps(doc))
+    try:
+        new = save_profile(loaded.path, tomlkit.dumps(doc))
+    except ProfileError as err:  # the profile was valid before: the new table, i.e. the command line, is wrong
+        raise BadArguments(err.message, err.hint) from None
     assert new is not None
     return new
 

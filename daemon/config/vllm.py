@@ -182,7 +182,7 @@ class VllmSettings(BaseModel):
         if self.manage:
             given = [k for k in ("url", "engine", "log_command") if getattr(self, k) is not None]
             if given:
-                raise ValueError(f"{', '.join(given)} apply to an engine you run yourself: add manage = false "
+                raise ValueError(f"{', '.join(given)}: only for an engine you run yourself: add manage = false "
                                  "(or use host and port for one conduit launches)")
         elif self.cluster is not None:
             raise ValueError("[vllm.cluster] needs manage = true: conduit launches a cluster's processes")

@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -52,20 +53,25 @@ def probe_listing(tool: str, names: Iterable[str], env: Env, *, timeout_s: float
     exe = shutil.which(support.list_argv[0], path=env.environ.get("PATH"))
     if exe is None:
         return Listing(set(), f"`{support.list_argv[0]}` is not on PATH")
-    try:
-        proc = subprocess.Popen([exe, *support.list_argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=dict(env.environ), cwd=env.cwd,
-                                start_new_session=True)
-    except OSError as exc:
-        return Listing(set(), f"`{' '.join(support.list_argv)}` could not start: {exc.strerror or exc}")
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        proc.communicate()
-        return Listing(set(), f"`{' '.join(support.list_argv)}` ran past {timeout_s:.0f} s")
-    finally:
-        _kill_group(proc.pid)
+    # Output goes to a file, not a pipe: a server the listing command started may leave its session and keep a
+    # pipe open for good; the wait is for the command itself, bounded.
+    with tempfile.TemporaryFile() as sink:
+        try:
+            proc = subprocess.Popen([exe, *support.list_argv[1:]], stdin=subprocess.DEVNULL, stdout=sink,
+                                    stderr=subprocess.STDOUT, env=dict(env.environ), cwd=env.cwd,
+                                    start_new_session=True)
+        except OSError as exc:
+            return Listing(set(), f"`{' '.join(support.list_argv)}` could not start: {exc.strerror or exc}")
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.wait()
+            return Listing(set(), f"`{' '.join(support.list_argv)}` ran past {timeout_s:.0f} s")
+        finally:
+            _kill_group(proc.pid)
+        sink.seek(0)
+        out = sink.read(_OUTPUT_CAP)
     text = out[:_OUTPUT_CAP].decode("utf-8", errors="replace")
     seen = {n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)}
     if proc.returncode != 0:

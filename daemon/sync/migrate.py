@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tomlkit
 
@@ -40,7 +41,8 @@ class MigrateResult:
     Attributes:
         name: the key's name (secret and keychain entry).
         fingerprint: the key's fingerprint.
-        channels: the channels whose key source now reads the keychain.
+        channels: where the profile now reads the keychain, as dotted key paths (``channels.gw.key``,
+            ``mcp.servers.web.bearer_token``...).
         scrubbed: backup files from which the key was removed.
         lines: what to tell the person, in order.
     """
@@ -81,9 +83,9 @@ def migrate_to_keyring(name: str, *, to: str = "keyring", profile_path: str | Pa
     result.lines.append(f"stored key `{name}` ({result.fingerprint}) in the keychain (service `conduit`)")
     result.channels = _repoint_channels(name, profile_path)
     if result.channels:
-        result.lines.append("channels now reading the keychain: " + ", ".join(result.channels))
+        result.lines.append("now reading the keychain: " + ", ".join(result.channels))
     else:
-        result.lines.append(f"no channel of the profile read secret `{name}`; give one "
+        result.lines.append(f"nothing in the profile read secret `{name}`; give a channel "
                             f'key = {{ keyring = "{name}" }}')
     store.delete(name)
     result.lines.append(f"removed key `{name}` from {store.shown}")
@@ -94,15 +96,25 @@ def migrate_to_keyring(name: str, *, to: str = "keyring", profile_path: str | Pa
 
 
 def _repoint_channels(name: str, profile_path: str | Path | None) -> list[str]:
-    """Rewrite every ``key = { secret = "name" }`` of the profile as ``key = { keyring = "name" }``; returns the
-    channels changed (the profile is not written when there are none)."""
+    """Rewrite every ``{ secret = "name" }`` of the profile (a channel's ``key``, an MCP server's token, header or
+    variable, ``[vllm] api_key``...) as ``{ keyring = "name" }``; returns where, as dotted key paths (the profile
+    is not written when there are none)."""
     profile = load_profile(profile_path)
-    hits = sorted(ch for ch, c in profile.model.channels.items() if c.key is not None and c.key.secret == name)
-    if not hits:
-        return []
     doc = tomlkit.parse(profile.text)
-    for ch in hits:
-        table = doc["channels"][ch]
-        table["key"] = tomlkit.parse(f'key = {{ keyring = "{name}" }}')["key"]  # written as a person would
-    save_profile(Path(profile.path), tomlkit.dumps(doc))
+    hits = _repoint(doc, name, ())
+    if hits:
+        save_profile(Path(profile.path), tomlkit.dumps(doc))
+    return hits
+
+
+def _repoint(table: Any, name: str, at: tuple[str, ...]) -> list[str]:
+    """Replace, in place under ``table``, each ``{ secret = name }`` by ``{ keyring = name }``; the paths changed."""
+    hits: list[str] = []
+    for k in list(table.keys()):
+        value = table[k]
+        if isinstance(value, dict) and set(value.keys()) == {"secret"} and value["secret"] == name:
+            table[k] = tomlkit.parse(f'x = {{ keyring = "{name}" }}')["x"]  # written as a person would
+            hits.append(".".join((*at, str(k))))
+        elif isinstance(value, dict):
+            hits += _repoint(value, name, (*at, str(k)))
     return hits

@@ -7,6 +7,7 @@ shows it); with it the save is back at the path after the grace, and a newer sav
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -167,3 +168,26 @@ def registry_due(registry: LateSaves) -> float:
     wait = registry.next_check_in()
     assert wait is not None
     return time.monotonic() + wait + 0.001
+
+
+def test_one_odd_late_save_does_not_stop_the_others(temp_home: Path, settings: Path, registry: LateSaves) -> None:
+    """A late save too deep to parse (the parser's recursion limit) is dropped with a line; the next held file is
+    still decided and put back, and check() never raises into the daemon's loop."""
+    other = settings.with_name("other.json")
+    other.write_text('{"owner": "other", "n": 0}\n')
+    deep = _start_saver(settings, temp_home, 1)
+    _conduit_write(settings, temp_home)
+    fine = _start_saver(other, temp_home, 2)
+    _conduit_write(other, temp_home)
+    _go(deep, "done")
+    _go(fine, "done")
+    assert deep.wait(10) == 0 and fine.wait(10) == 0
+    held = registry._held[0]  # the first displaced file: make its late save absurdly deep
+    fd = os.open(f"/proc/self/fd/{held.fd}", os.O_WRONLY)
+    os.pwrite(fd, b"[" * 200_000, 0)
+    os.close(fd)
+    lines = registry.check(now=registry_due(registry) + GRACE_S)  # both past their grace
+    assert any("other.json" in line and "back in place" in line for line in lines), lines
+    assert any("settings.json" in line and "not put back" in line for line in lines), lines
+    assert json.loads(other.read_text()) == {"owner": "other", "n": 2}
+    assert registry.next_check_in() is None

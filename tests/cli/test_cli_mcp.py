@@ -67,5 +67,8 @@ def test_add_refuses_a_relative_command(temp_home: Path) -> None:
     profile = _setup(temp_home)
     before = profile.read_text()
     r = _conduit(temp_home, "mcp", "add", "x", "--", "./server.sh")
-    assert r.returncode != 0 and "relative path" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 3 and "relative path" in r.stderr and "Traceback" not in r.stderr  # bad arguments
+    assert profile.read_text() == before
+    r = _conduit(temp_home, "mcp", "add", "x")
+    assert r.returncode == 3 and "one of them" in r.stderr and "not both" not in r.stderr
     assert profile.read_text() == before

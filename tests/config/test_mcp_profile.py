@@ -73,3 +73,11 @@ def test_key_sources_for_headers_and_bearer(temp_home: Path, monkeypatch: pytest
     with pytest.raises(KeyError_) as err:
         Resolver(_load(temp_home, extra), routing=None).tool_settings("claude_code")
     assert "WEB_TOKEN" in str(err.value)
+
+
+def test_home_in_command_and_folder_is_expanded(temp_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool starts the command in the folder as written: neither expands `~`, so conduit does."""
+    monkeypatch.setenv("HOME", str(temp_home))
+    r = Resolver(_load(temp_home, '[mcp.servers.a]\ncommand = "~/bin/srv"\ncwd = "~/work"\n'), routing=None)
+    (server,) = r.tool_settings("claude_code").mcp or ()
+    assert (server.command, server.cwd) == (f"{temp_home}/bin/srv", f"{temp_home}/work")

@@ -84,6 +84,19 @@ def test_back_to_copy_removes_conduits_helper_but_keeps_a_persons_own(temp_home:
         "/usr/local/bin/my-own-helper"
 
 
+def test_a_persons_own_helper_replaced_by_reference_comes_back_with_copy(temp_home: Path) -> None:
+    profile = setup(temp_home, 'key_delivery = "reference"\n')
+    path = temp_home / ".claude" / "settings.json"
+    doc = json.loads(path.read_text())
+    doc["apiKeyHelper"] = "/usr/local/bin/my-vault-helper anthropic"
+    path.write_text(json.dumps(doc))
+    assert cli(temp_home, "sync").returncode == 0
+    assert json.loads(path.read_text())["apiKeyHelper"].endswith(" key print gw")
+    profile.write_text(profile.read_text().replace('key_delivery = "reference"', 'key_delivery = "copy"'))
+    assert cli(temp_home, "sync").returncode == 0
+    assert json.loads(path.read_text())["apiKeyHelper"] == "/usr/local/bin/my-vault-helper anthropic"
+
+
 def test_key_print_refuses_an_unknown_channel_and_prints_nothing_else(temp_home: Path) -> None:
     setup(temp_home)
     r = cli(temp_home, "key", "print", "nope")

@@ -99,6 +99,8 @@ def test_set_sync_rotate_rm_through_the_keychain(temp_home: Path, ss: SecretServ
 def test_migrate_moves_the_secret_repoints_the_profile_and_scrubs_backups(
         temp_home: Path, ss: SecretService, gateway: gateways.Gateway) -> None:
     profile = setup_home(temp_home, gateway.url, 'key = { secret = "gw" }  # moved by migrate')
+    profile.write_text(profile.read_text() + '\n[mcp.servers.web]\nurl = "http://127.0.0.1:9/mcp"\n'
+                       'bearer_token = { secret = "gw" }\n')  # a second reader of the same secret
     assert conduit(ss, "key", "set", "gw", stdin=OLD).returncode == 0
     assert conduit(ss, "sync").returncode == 0
     profile.write_text(profile.read_text().replace("claude-sonnet-4-20250514", "m2"))
@@ -107,8 +109,9 @@ def test_migrate_moves_the_secret_repoints_the_profile_and_scrubs_backups(
     assert holding(backups, OLD)  # the second sync backed up files holding the key
     r = conduit(ss, "key", "migrate", "gw", "--to", "keyring")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "channels now reading the keychain: gw" in r.stdout
+    assert "now reading the keychain: channels.gw.key, mcp.servers.web.bearer_token" in r.stdout
     assert 'key = { keyring = "gw" }' in profile.read_text()
+    assert 'bearer_token = { keyring = "gw" }' in profile.read_text() and "secret" not in profile.read_text()
     assert "# moved by migrate" in profile.read_text()  # the rest of the line kept
     assert holding(backups, OLD) == []
     assert OLD not in (temp_home / ".config" / "conduit" / "secrets.toml").read_text()

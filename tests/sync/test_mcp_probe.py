@@ -46,3 +46,15 @@ def test_missing_command_and_exit_status(temp_home: Path) -> None:
     env = _fake(temp_home, "echo files\nexit 3\n")
     got = probe_listing("claude_code", ["files"], env)
     assert got.seen == {"files"} and "status 3" in (got.problem or "")
+
+
+def test_a_server_left_running_by_the_listing_does_not_hold_the_probe(temp_home: Path) -> None:
+    """The listing command exits at once but leaves a process of its own session holding its output: the probe
+    waits for the command, not for the end of its output, and reads what it printed."""
+    env = _fake(temp_home, 'echo "files: /usr/bin/x - Connected"\nsetsid sleep 30 &\necho $! > "$HOME/stray.pid"\n'
+                           'exit 0\n')
+    got = probe_listing("claude_code", ["files"], env, timeout_s=10)
+    assert got.problem is None and got.seen == {"files"}
+    stray = psutil.Process(int((temp_home / "stray.pid").read_text()))
+    assert stray.is_running()  # the probe came back while the stray still held the output: it waited for the command
+    stray.kill()
