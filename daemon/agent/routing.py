@@ -171,6 +171,7 @@ class Router:
         self.last_probe_at = -1e9
         self.ready_seen = False
         self._vllm_state: str | None = None
+        self._judged_state: str | None = None  # the vLLM state the last tick saw
         self._write_failed = False
 
     def set_plan(self, plan: RoutePlan | None) -> None:
@@ -209,6 +210,12 @@ class Router:
         plan, judge = self.plan, self.judge
         if plan is None or judge is None:
             return None
+        if plan.supervised and vllm_state == "ready" and self._judged_state != "ready" and judge.active == "primary":
+            # vLLM (re)turned ready: "not running" seen before (the agent's own start-up, before its first launch)
+            # is over, though the probes of the new server may not be back yet; a clock left running would cut
+            # the next outage's hysteresis short
+            judge.pending_since = None
+        self._judged_state = vllm_state
         self.ready_seen = self.ready_seen or (plan.supervised and vllm_state == "ready")
         ev = assess(plan, vllm_state, _verdicts(health), first_start=not self.ready_seen)
         switched = judge.observe(now, ev)

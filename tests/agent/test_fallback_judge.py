@@ -126,6 +126,19 @@ def test_router_boot_slow_load_never_switches(temp_home: Path) -> None:
     assert switched == [30]
 
 
+def test_router_not_running_before_the_first_launch_does_not_shorten_the_next_outage(temp_home: Path) -> None:
+    """The agent starts before its vLLM does (``stopped``: down evidence), vLLM turns ready while the probes of it
+    are not back yet (no evidence), then dies: the switch still waits ``after_s`` from the death, not from the
+    agent's start."""
+    r = Router()
+    r.set_plan(LOCAL)
+    assert r.tick(0.0, "stopped", {}) is None
+    assert r.tick(0.5, "starting", _health("pending")) is None
+    assert r.tick(1.0, "ready", _health("pending")) is None
+    switched = [t for t in range(0, 40) if r.tick(2.0 + t * 0.1, "failed", _health("refused")) is not None]
+    assert switched == [30]  # 3 s (after_s) after the death
+
+
 def test_router_write_failure_is_retried_and_status_waits(temp_home: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A write that fails leaves /v1/status on the decision the file holds, is logged once, lands later."""
     caplog.set_level(logging.ERROR, logger="conduit.agent")
