@@ -10,6 +10,7 @@ file written, no process left, and a canary key nowhere in stdout, stderr, ``--j
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -81,13 +82,21 @@ def state_text(home: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def sleepers(seconds: int) -> set[int]:
-    """Live (not zombie) ``sleep <seconds>`` processes: what a key command left behind."""
+def sleepers(seconds: int, settle_s: float = 5.0) -> set[int]:
+    """Live (not zombie) ``sleep <seconds>`` processes: what a key command left behind. One just sent SIGKILL may
+    still be on its way out on a loaded machine, so each found is given ``settle_s`` to die; a survivor (never
+    killed) sleeps for days and stays."""
     found = set()
     for p in psutil.process_iter(["cmdline", "status"]):
         if p.info["cmdline"] == ["sleep", str(seconds)] and p.info["status"] != psutil.STATUS_ZOMBIE:
-            found.add(p.pid)
-    return found
+            found.add(p)
+    _, alive = psutil.wait_procs(list(found), timeout=settle_s) if found else ([], [])
+    left = set()
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.status() != psutil.STATUS_ZOMBIE:
+                left.add(p.pid)
+    return left
 
 
 @pytest.fixture
