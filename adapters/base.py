@@ -22,6 +22,7 @@ from conduit.adapters.declarations import Blocker, Competing, ConfiguredBy, OneS
 from conduit.adapters.facts import ClientView, Effective, Proposal, Protocol_, ToolFacts
 from conduit.adapters.limits import LimitLedger
 from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
+from conduit.adapters.precedence import Rule
 
 __all__ = [
     "NO_KEY", "Adapter", "AdapterDefaults", "AuthStyle", "Blocker", "ClientView", "CreateOptions", "Effective", "Env",
@@ -301,6 +302,10 @@ class Adapter(Protocol):
     Optional: run_env: the method ``run_env(settings, env)``: the variables one session of the tool is started
         with by ``conduit run`` and printed by ``conduit env`` (``{VAR: value}``; ``None`` means "unset for the
         session"); default ``{}`` (configured by its files).
+    Optional: precedence: the tool's own rules for which of its sources wins (``conduit.adapters.precedence``:
+        which folders it searches for project files and what gates them, the order of its key and model sources),
+        each citing where the tool implements it; ``outranks`` evaluates them; ``()`` (the default) when the tool
+        has no competing source beside its user file.
     Optional: mcp: where the tool keeps MCP servers (``conduit.adapters.mcp.McpSupport``), or None (the default)
         for a tool without MCP support; with it, ``mcp_path(env)`` gives the user file and ``plan`` merges
         ``settings.mcp`` into it (``conduit.adapters.formats.mcpmap``).
@@ -325,6 +330,7 @@ class Adapter(Protocol):
     model_routes: ClassVar[tuple[str, ...]]
     fresh_options: ClassVar[Mapping[str, object]]
     configured_by: ClassVar[ConfiguredBy]
+    precedence: ClassVar[tuple[Rule, ...]]
     mcp: ClassVar[McpSupport | None]
 
     def mcp_path(self, env: Env) -> Path | None:
@@ -334,6 +340,12 @@ class Adapter(Protocol):
     def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
         """The environment of one session with ``settings``: ``{VAR: value}``, ``None`` = unset it; ``{}`` for a
         tool configured only by its files. Pure (reads nothing); never raises."""
+        ...
+
+    def key_reference(self, env: Env) -> str | None:
+        """Read-only, for where the key rests (doctor, status): the name of the reference the tool's files hold
+        instead of a key when that reference runs conduit (Claude Code's ``apiKeyHelper``), else None. Never
+        raises."""
         ...
 
     def verify_files(self, env: Env) -> list[Path]:
@@ -380,6 +392,7 @@ class AdapterDefaults:
     keeps_user_choice: ClassVar[bool] = False
     verify_env: ClassVar[Mapping[str, str]] = {}
     configured_by: ClassVar[ConfiguredBy] = "files"
+    precedence: ClassVar[tuple[Rule, ...]] = ()
     mcp: ClassVar[McpSupport | None] = None
 
     def mcp_path(self, env: Env) -> Path | None:
@@ -397,6 +410,10 @@ class AdapterDefaults:
     def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
         """No variables: the tool is configured by its files."""
         return {}
+
+    def key_reference(self, env: Env) -> str | None:
+        """No reference that runs conduit."""
+        return None
 
     def discover(self, env: Env) -> Proposal | None:
         """Nothing to propose."""

@@ -184,14 +184,23 @@ class ClaudeCodeOptions(BaseModel):
     """``[tools.claude_code]`` options.
 
     Attributes:
-        key_delivery: ``copy`` (the key itself in ``env.ANTHROPIC_AUTH_TOKEN``/``ANTHROPIC_API_KEY``) or
-            ``reference`` (``apiKeyHelper`` = ``<conduit> key print <channel>``: no key in settings.json; a
-            rotation needs no rewrite). A channel with no key always gets ``copy`` (the placeholder).
+        key_delivery: ``reference`` (the default: ``apiKeyHelper`` = ``<conduit> key print <channel>``, no key
+            in settings.json, a rotation needs no rewrite) or ``copy`` (the key itself in
+            ``env.ANTHROPIC_AUTH_TOKEN``/``ANTHROPIC_API_KEY``). Unset here, the channel's ``key_delivery``
+            applies (this one wins). A channel with no key always gets ``copy`` (the placeholder), and so does
+            a conduit run from a temporary place (``conduit.adapters.keyref.unstable_reason``).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    key_delivery: Literal["copy", "reference"] = "copy"
+    key_delivery: Literal["copy", "reference"] = "reference"
+
+
+def by_reference(settings: ToolSettings, env: Env) -> bool:
+    """Whether a sync gives Claude Code the key by ``apiKeyHelper``: ``key_delivery = "reference"``, a channel
+    with a key, and conduit's executable in a stable place (``conduit.adapters.keyref.key_helper_command``)."""
+    return (settings.options_as(ClaudeCodeOptions).key_delivery == "reference" and settings.key is not None
+            and key_helper_command(settings.channel, env) is not None)
 
 
 def is_conduit_helper(value: object) -> bool:
@@ -214,7 +223,7 @@ class ClaudeCode(AdapterDefaults):
     restart_hint: ClassVar[str | None] = ("restart running Claude Code sessions: some versions read env only at "
                                           "start-up")
     env_vars: ClassVar[tuple[str, ...]] = ("CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", *AUTH_VARS, "ANTHROPIC_MODEL",
-                                           *CLOUD_SWITCHES)
+                                           *CLOUD_SWITCHES, "CONDUIT_PROFILE")  # the last: apiKeyHelper's --profile
 
     # CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: Claude Code docs "Environment variables" (update checks,
     # telemetry, error reports, bug command); DISABLE_AUTOUPDATER likewise.
@@ -247,8 +256,15 @@ class ClaudeCode(AdapterDefaults):
         """The same ``env`` entries as the settings file (``anthropic_env``), for one session (``conduit run`` /
         ``conduit env``): ``None`` unsets the other auth variable and the deprecated one. A settings file's
         ``env`` beats an exported variable, so ``conduit run`` also points ``CLAUDE_CONFIG_DIR`` at a temporary
-        copy of the user's files re-rendered with these settings."""
-        return anthropic_env(settings)
+        copy of the user's files re-rendered with these settings. With the key by reference (``by_reference``)
+        neither auth variable is set (both are unset): the re-rendered copy's ``apiKeyHelper`` gives the key."""
+        wanted = anthropic_env(settings)
+        return {**wanted, **dict.fromkeys(AUTH_VARS)} if by_reference(settings, env) else wanted
+
+    def key_reference(self, env: Env) -> str | None:
+        """``apiKeyHelper`` when the user settings hold conduit's helper (``is_conduit_helper``), else None."""
+        doc, _ = read_json_quietly(self.settings_path(env))
+        return HELPER_KEY if is_conduit_helper(doc.get(HELPER_KEY)) else None
 
     def verify_files(self, env: Env) -> list[Path]:
         """settings.json, settings.local.json, .credentials.json, CLAUDE.md and the state file ``.claude.json``
@@ -267,8 +283,7 @@ class ClaudeCode(AdapterDefaults):
         wanted = {**anthropic_env(settings), **limit_env(settings)}
         path = self.settings_path(env)
         ledger = settings.limits or LimitLedger()
-        by_reference = settings.options_as(ClaudeCodeOptions).key_delivery == "reference" and settings.key is not None
-        helper = key_helper_command(settings.channel, env) if by_reference else None
+        helper = key_helper_command(settings.channel, env) if by_reference(settings, env) else None
         if helper is not None:
             wanted.update({var: None for var in AUTH_VARS})  # the key rests in conduit's source only
 
@@ -354,8 +369,7 @@ class ClaudeCode(AdapterDefaults):
                                    f"writes {other}: Claude Code sees both (an auth conflict) and may send the "
                                    "shell's key", f"unset {var} (and remove its export from your shell's start-up "
                                    "file)"))
-            elif wanted.get(var) is not None and env.get(var) and settings.key is not None \
-                    and settings.options_as(ClaudeCodeOptions).key_delivery == "reference":
+            elif wanted.get(var) is not None and env.get(var) and by_reference(settings, env):
                 out.append(Blocker("overridden", "shell environment", f"{var} is exported in the shell: Claude Code "
                                    f"sends it instead of the key conduit's {HELPER_KEY} prints",
                                    f"unset {var} (and remove its export from your shell's start-up file)"))
@@ -432,5 +446,5 @@ def _effective(var: str, user_env: dict[str, Any], layers: list[tuple[str, Path]
     return Effective(None, None, False, "not set anywhere")
 
 
-__all__ = ["ClaudeCode", "anthropic_env", "anthropic_proposal", "is_local", "limit_env", "merge_env",
+__all__ = ["ClaudeCode", "anthropic_env", "anthropic_proposal", "by_reference", "is_local", "limit_env", "merge_env",
            "output_limit"]

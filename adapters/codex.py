@@ -16,7 +16,11 @@ Facts (openai/codex: ``codex-rs/core/src/model_provider_info.rs``, ``codex-rs/ar
   ``$CODEX_HOME/.env`` at start-up and sets every variable in it (overriding the shell; names starting with
   ``CODEX_`` are refused), so conduit writes ``CONDUIT_API_KEY=<key>`` there (mode 0600) and the literal key
   stays out of config.toml. ``key_method = "inline"`` writes ``experimental_bearer_token`` in the provider
-  table instead (for surfaces that do not read ``.env``); config.toml is then kept 0600. ``auth.json`` is not
+  table instead (for surfaces that do not read ``.env``); config.toml is then kept 0600. ``key_method = "env"``
+  writes only ``env_key`` (a reference: no file holds the key, and a ``CONDUIT_API_KEY`` line conduit left in
+  ``.env`` is removed); the person starts Codex with ``conduit run codex`` (or ``eval "$(conduit env codex
+  --show-key)"``), which puts the key into its environment; started without it, Codex 0.171.0 exits 1 with
+  ``Missing environment variable: `CONDUIT_API_KEY`.`` (docs/keys.md). ``auth.json`` is not
   needed: a custom provider does not ``requires_openai_auth``.
 - Higher layers: ``-c``/``--config`` flags, ``--profile``/``profile = "..."`` (a profile may set its own
   ``model_provider``/``model``), a trusted project's ``.codex/config.toml`` files from the git root down to the
@@ -127,12 +131,13 @@ class CodexOptions(CreateOptions):
     Attributes:
         wire_api: ``responses`` (current Codex; the gateway must serve ``/v1/responses``) or ``chat`` (Codex
             versions before the chat wire API was removed).
-        key_method: ``dotenv`` (``env_key`` + ``$CODEX_HOME/.env``) or ``inline``
-            (``experimental_bearer_token`` in config.toml).
+        key_method: ``dotenv`` (``env_key`` + ``$CODEX_HOME/.env``), ``inline``
+            (``experimental_bearer_token`` in config.toml) or ``env`` (``env_key`` only, a reference: start
+            Codex with ``conduit run codex``, which sets ``CONDUIT_API_KEY``).
     """
 
     wire_api: Literal["responses", "chat"] = "responses"
-    key_method: Literal["dotenv", "inline"] = "dotenv"
+    key_method: Literal["dotenv", "inline", "env"] = "dotenv"
 
 
 def codex_home(env: Env) -> Path:
@@ -251,10 +256,14 @@ class Codex(AdapterDefaults):
         config = toml_target(path, transform, secret_keys={*SECRETS, *mcp_secret_keys(settings.mcp)},
                              mode=0o600 if inline or mcp_secret else 0o644, label="config.toml")
         config.notices = notices
-        targets: list[Target] = [config]
-        if not inline:
-            targets.append(dotenv_target(home / ".env", {KEY_VAR: key}, secret_keys=SECRETS, label=".env"))
-        return targets
+        return [config, *_dotenv_targets(home / ".env", key, opts.key_method)]
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """``{CONDUIT_API_KEY: key}`` for ``key_method = "env"`` (the variable ``env_key`` names: ``conduit run
+        codex`` and ``conduit env codex`` give it to the session); ``{}`` otherwise (files only)."""
+        if settings.options_as(CodexOptions).key_method == "env":
+            return {KEY_VAR: settings.key_or_placeholder}
+        return {}
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: files, owned values (key masked), and what overrides conduit's choice."""
@@ -266,8 +275,9 @@ class Codex(AdapterDefaults):
         effective = _overrides(doc, path, env)
         if provider.get("env_key") == KEY_VAR and KEY_VAR not in dotenv:
             shell = env.get(KEY_VAR)
+            hint = "" if shell else "; start Codex with `conduit run codex`, else it refuses to start"
             effective[KEY_VAR] = Effective(fingerprint(shell), "shell environment" if shell else None, False,
-                                           f"not in {home / '.env'}" + ("" if shell else "; Codex will refuse to start"))
+                                           f"not in {home / '.env'}{hint}")
         token = provider.get("experimental_bearer_token")
         details = {
             "file": str(path), "exists": path.exists(), "parse_error": error,
@@ -326,6 +336,16 @@ class Codex(AdapterDefaults):
             key, key_files = _read_env(home / ".env").get(str(provider.get("env_key")), ""), (home / ".env",)
         endpoint = "responses" if provider.get("wire_api", "responses") == "responses" else "chat/completions"
         return ClientView(str(provider["base_url"]), key, str(doc.get("model") or ""), endpoint, key_files)
+
+
+def _dotenv_targets(path: Path, key: str, key_method: str) -> list[Target]:
+    """``.env``'s target: the key for ``dotenv``; for ``env``, the removal of the copy an earlier sync left (only
+    when the file exists); none for ``inline``."""
+    if key_method == "dotenv":
+        return [dotenv_target(path, {KEY_VAR: key}, secret_keys=SECRETS, label=".env")]
+    if key_method == "env" and path.is_file():
+        return [dotenv_target(path, {KEY_VAR: None}, secret_keys=SECRETS, create=False, label=".env")]
+    return []
 
 
 def _mcp_merger(settings: ToolSettings, support: McpSupport | None,

@@ -20,8 +20,10 @@ has Crush installed. Facts from charmbracelet/crush at tag v0.90.0 (``internal/c
   segment. A provider with models listed is not auto-discovered. ``context_window`` 0 means unknown (no
   auto-summarize); ``default_max_tokens`` is the output cap sent.
 - Selected models: ``models.large`` / ``models.small`` = ``{model, provider}`` (``SelectedModel``).
-- ``api_key`` goes through shell expansion (``$VAR``, ``${VAR}``, ``$(command)``); with no binary to prove that a
-  reference resolves, conduit writes the key itself and keeps the file 0600.
+- ``api_key`` goes through shell expansion (``$VAR``, ``${VAR}``, ``$(command)``; ``internal/config/resolve.go``
+  ``shellVariableResolver``; the README's providers use ``"api_key": "$DEEPSEEK_API_KEY"``): by default conduit
+  writes the key itself and keeps the file 0600; ``key_source = "env"`` writes ``$CONDUIT_API_KEY`` (a reference,
+  unproven by a binary here), which ``conduit run crush`` sets.
 - One-shot: ``crush run --quiet PROMPT``; ``CRUSH_DISABLE_METRICS=1`` and ``CRUSH_DISABLE_PROVIDER_AUTO_UPDATE=1``
   are its own opt-outs.
 - MCP servers: ``mcp`` in the same ``crush.json`` (``crush_entry``; docs/formats/crush.md).
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
@@ -62,6 +64,20 @@ LIMIT_KEYS = {"context_window": "context_window", "default_max_tokens": "max_out
 """A model entry's limit key -> the ``ToolSettings`` attribute it is written from."""
 
 
+KEY_VAR = "CONDUIT_API_KEY"
+
+
+class CrushOptions(CreateOptions):
+    """``[tools.crush]`` options.
+
+    Attributes:
+        key_source: ``file`` (the key in ``crush.json``, kept 0600) or ``env`` (``$CONDUIT_API_KEY``, a reference:
+            start Crush with ``conduit run crush``, which sets the variable).
+    """
+
+    key_source: Literal["file", "env"] = "file"
+
+
 def config_file(env: Env) -> Path:
     """The global ``crush.json``: in ``$CRUSH_GLOBAL_CONFIG``, else ``<XDG config>/crush``."""
     return env.path_from("CRUSH_GLOBAL_CONFIG", env.config_home() / "crush") / "crush.json"
@@ -88,9 +104,9 @@ class Crush(AdapterDefaults):
         "default_max_tokens}), models.large and models.small (model, provider)",
     )
     restart_hint: ClassVar[str | None] = "restart Crush: it reads its config at start-up"
-    Options: ClassVar[type[BaseModel]] = CreateOptions
+    Options: ClassVar[type[BaseModel]] = CrushOptions
     env_vars: ClassVar[tuple[str, ...]] = ("CRUSH_GLOBAL_CONFIG", "CRUSH_GLOBAL_DATA", "XDG_CONFIG_HOME",
-                                           "XDG_DATA_HOME")
+                                           "XDG_DATA_HOME", KEY_VAR)
 
     # CRUSH_DISABLE_METRICS: internal/cmd/root.go; CRUSH_DISABLE_PROVIDER_AUTO_UPDATE: internal/config/load.go.
     one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("run", "--quiet"),
@@ -124,7 +140,8 @@ class Crush(AdapterDefaults):
         Raises:
             NotFound: no Crush config directory and ``create`` is off.
         """
-        opts = settings.options_as(CreateOptions)
+        opts = settings.options_as(CrushOptions)
+        api_key = settings.key_or_placeholder if opts.key_source == "file" else f"${KEY_VAR}"
         path = config_file(env)
         self.require_dir(path.parent, opts.create)
         ledger = settings.limits or LimitLedger()
@@ -134,7 +151,7 @@ class Crush(AdapterDefaults):
             providers = _obj(doc.get("providers"))
             provider = dict(_obj(providers.get(PROVIDER_ID)))
             provider.update({"name": f"conduit ({settings.channel})", "type": "openai-compat",
-                             "base_url": settings.root.openai_base(), "api_key": settings.key_or_placeholder})
+                             "base_url": settings.root.openai_base(), "api_key": api_key})
             provider["models"] = _models(provider, settings, ledger, path)
             doc["providers"] = {**providers, PROVIDER_ID: provider}
             selected = _obj(doc.get("models"))
@@ -147,6 +164,13 @@ class Crush(AdapterDefaults):
         servers, mcp_ledger = wanted_entries(settings.mcp, self.mcp, crush_entry) if self.mcp else None, McpLedger()
         return [json_target(path, transform, secret_keys={"api_key", *mcp_secret_keys(settings.mcp)},
                             label=path.name)]
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """``{CONDUIT_API_KEY: key}`` for ``key_source = "env"`` (what ``$CONDUIT_API_KEY`` in ``api_key`` reads:
+        ``conduit run crush`` and ``conduit env crush`` give it to the session); ``{}`` otherwise."""
+        if settings.options_as(CrushOptions).key_source == "env":
+            return {KEY_VAR: settings.key_or_placeholder}
+        return {}
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's provider (key masked), the selected models."""
@@ -242,4 +266,4 @@ def _models(provider: dict[str, Any], settings: ToolSettings, ledger: LimitLedge
     return models
 
 
-__all__ = ["Crush", "config_file", "data_file"]
+__all__ = ["Crush", "CrushOptions", "config_file", "data_file"]

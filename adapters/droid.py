@@ -12,7 +12,10 @@ docs (``docs.factory.ai``: "Settings", "Custom Models (BYOK)", "Hierarchical Set
   ``generic-chat-completion-api`` (an OpenAI SDK client requesting ``baseUrl + "/chat/completions"``; the
   version segment is in ``baseUrl``), ``openai`` (the Responses API) or ``anthropic``. ``apiKey`` takes
   ``${VAR}`` references to the environment (no ``.env`` file is read), so conduit writes the key itself (the
-  file kept 0600), or ``${CONDUIT_API_KEY}`` with ``key_source = "env"``.
+  file kept 0600), or ``${CONDUIT_API_KEY}`` with ``key_source = "env"``. An entry's ``apiKeyHelper`` (a command
+  printing the key) is in the 0.215.0 binary's schema, but Droid drops it from every settings level except the
+  organisation's (checked with that binary: an entry in the user's settings.json with ``apiKeyHelper`` and no
+  ``apiKey`` sends no ``Authorization`` at all), so conduit does not use it.
 - An entry's id is its ``id`` when given, else ``custom:<displayName, whitespace runs as "-">-<n>`` (n counts
   earlier entries of the same name); conduit writes ``id = "custom:conduit"``.
 - The default model of a session is ``sessionDefaultSettings.model`` (what Droid itself saves); a top-level
@@ -49,12 +52,13 @@ from conduit.adapters.base import (
     ToolFacts,
     ToolSettings,
 )
-from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package, git_root
+from conduit.adapters.declarations import OPENAI_FORMS, OPENAI_ROUTES, Competing, OneShot, Package
 from conduit.adapters.formats.jsonc import _SpanParser, edit_jsonc, jsonc_target, parse_jsonc, strip_jsonc
 from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.formats.textformats import tool_version
 from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
 from conduit.adapters.opencode import read_config
+from conduit.adapters.precedence import Cite, Order, ProjectScope, Rule
 from conduit.errors import ToolFileError
 
 MODEL_ID = "custom:conduit"
@@ -64,14 +68,31 @@ PROVIDER = "generic-chat-completion-api"
 OWNED = ("id", "model", "displayName", "baseUrl", "apiKey", "provider", "maxOutputTokens", "maxContextLimit")
 """The keys of conduit's entry that conduit sets (any other key a person adds to the entry is kept)."""
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+BUNDLE = "npm droid"
+"""Droid's source is not published: its rules are cited from the compiled ``bin/droid`` (its bundled JavaScript)."""
+PROJECT_SCOPE = ProjectScope(
+    (".factory/settings.json", ".factory/settings.local.json"), "root_to_cwd",
+    Cite(BUNDLE, "bin/droid", "settings paths (lCt): projectPath <git root>/.factory (outside git <cwd>/.factory, none "
+         "in HOME); folderPaths: each <dir>/.factory from the working folder up to the git root", "0.215.0"))
+"""The folder and project settings Droid applies: ``.factory/settings[.local].json`` from the git root down to the
+working folder (outside git, the working folder's only), no trust gate (trust only gates permission rules)."""
+LEVEL_ORDER = Order(
+    "model", ("org (remote)", "FACTORY_RUNTIME_SETTINGS_PATH / --settings", "folder .factory", "project .factory",
+              "~/.factory/settings.local.json", "~/.factory/settings.json"),
+    Cite(BUNDLE, "bin/droid", "resolveReadySettingsHierarchy: org-remote, runtime overlay, folders, project-settings, "
+         "user-settings", "0.215.0"),
+    note="per file, sessionDefaultSettings.model, else its top-level model; the highest file choosing one decides "
+         "(a project's top-level model beats the user's sessionDefaultSettings.model: checked with 0.215.0)")
+"""Which settings file's model choice Droid follows, highest first."""
+RULES: tuple[Rule, ...] = (PROJECT_SCOPE, LEVEL_ORDER)
 
 
 class DroidOptions(CreateOptions):
     """``[tools.droid]`` options.
 
     Attributes:
-        key_source: ``file`` (the key in ``settings.json``, kept 0600) or ``env`` (``${CONDUIT_API_KEY}``:
-            export it yourself).
+        key_source: ``file`` (the key in ``settings.json``, kept 0600) or ``env`` (``${CONDUIT_API_KEY}``, a
+            reference: start Droid with ``conduit run droid``, which sets the variable, or export it yourself).
     """
 
     key_source: Literal["file", "env"] = "file"
@@ -232,6 +253,7 @@ class Droid(AdapterDefaults):
     package: ClassVar[Package | None] = Package("npm", "droid", "0.215.0", ("droid",))
     # The project and folder files are read by ``outranks`` (only a model set there counts).
     competing: ClassVar[Competing] = Competing()
+    precedence: ClassVar[tuple[Rule, ...]] = RULES
     tool_dirs: ClassVar[Mapping[str, str]] = {"FACTORY_HOME_OVERRIDE": "."}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
@@ -263,6 +285,13 @@ class Droid(AdapterDefaults):
                                                                                              path))]
         return out + mcp_json_targets(self.mcp_path(env), self.mcp, settings.mcp, settings.mcp_ledger,
                                       entry=droid_entry)
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """``{CONDUIT_API_KEY: key}`` for ``key_source = "env"`` (what ``${CONDUIT_API_KEY}`` reads: ``conduit run
+        droid`` and ``conduit env droid`` give it to the session); ``{}`` otherwise (files only)."""
+        if settings.options_as(DroidOptions).key_source == "env":
+            return {KEY_VAR: settings.key_or_placeholder}
+        return {}
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's entry (key masked) and the selected model."""
@@ -296,21 +325,15 @@ class Droid(AdapterDefaults):
                           key_files=(path,) if literal else ())
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
-        """Files above the user's ``settings.json`` that choose another model: ``settings.local.json`` beside it
-        (its ``sessionDefaultSettings`` or ``customModels`` replace the file's), ``$FACTORY_RUNTIME_SETTINGS_PATH``,
-        and the ``.factory/settings[.local].json`` of the working directory up to the git root."""
+        """Files above the user's ``settings.json`` (``LEVEL_ORDER``) that choose another model:
+        ``settings.local.json`` beside it (its ``sessionDefaultSettings`` or ``customModels`` replace the file's),
+        ``$FACTORY_RUNTIME_SETTINGS_PATH``, and the project files Droid applies (``PROJECT_SCOPE``)."""
         user = factory_dir(env)
         files = [user / "settings.local.json"]
         runtime = env.get("FACTORY_RUNTIME_SETTINGS_PATH")
         if runtime:
             files.append(Path(runtime).expanduser())
-        stop, d = git_root(env.cwd) or env.cwd, env.cwd
-        while True:
-            if d / ".factory" != user:
-                files += [d / ".factory" / "settings.json", d / ".factory" / "settings.local.json"]
-            if d == stop or d.parent == d:
-                break
-            d = d.parent
+        files += [p for p in reversed(PROJECT_SCOPE.candidates(env.cwd)) if p.parent != user]
         out: list[Blocker] = []
         for f in files:
             doc, error = read_config(f)

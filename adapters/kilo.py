@@ -85,7 +85,7 @@ class KiloOptions(CreateOptions):
 
     Attributes:
         key_source: ``file`` (conduit writes a 0600 key file and references it) or ``env``
-            (``{env:CONDUIT_API_KEY}``: export it yourself).
+            (``{env:CONDUIT_API_KEY}``: ``conduit run kilo`` sets it, or export it yourself).
     """
 
     key_source: Literal["file", "env"] = "file"
@@ -170,6 +170,13 @@ class Kilo(AdapterDefaults):
         path = config_file(env)
         self.require_dir(path.parent, opts.create)
         return provider_targets(settings, path, env, opts.key_source)
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """``{CONDUIT_API_KEY: key}`` for ``key_source = "env"`` (what ``{env:CONDUIT_API_KEY}`` reads: ``conduit run
+        kilo`` and ``conduit env kilo`` give it to the session); ``{}`` otherwise (files only)."""
+        if settings.options_as(KiloOptions).key_source == "env":
+            return {KEY_VAR: settings.key_or_placeholder}
+        return {}
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, the conduit provider, and the layers that set another ``model``."""

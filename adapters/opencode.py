@@ -12,7 +12,7 @@ Facts (sst/opencode docs ``config``, ``providers`` ("Custom provider"), and ``pa
 - Variable substitution: ``{env:VAR}`` and ``{file:PATH}`` (``~/`` or absolute path; the file's text, trimmed).
   conduit writes ``{file:<conduit config>/tool-keys/<channel>.key}`` and that key file (0600, conduit's own),
   so the literal key never appears in OpenCode's config; ``key_source = "env"`` writes ``{env:CONDUIT_API_KEY}``
-  instead (export it yourself).
+  instead (``conduit run opencode`` sets it, or export it yourself).
 - Layers, later wins: remote ``.well-known/opencode`` < global < ``$OPENCODE_CONFIG`` < project
   ``opencode.json[c]`` < ``.opencode/`` < ``$OPENCODE_CONFIG_CONTENT``. OpenCode reads its config at start-up.
 - A model's ``limit = {"context": N, "output": M}`` (tokens; both required when ``limit`` is given: the model
@@ -79,7 +79,8 @@ class OpenCodeOptions(CreateOptions):
     """``[tools.opencode]`` options.
 
     Attributes:
-        key_source: ``file`` (conduit writes a 0600 key file and references it) or ``env``.
+        key_source: ``file`` (conduit writes a 0600 key file and references it) or ``env``
+            (``{env:CONDUIT_API_KEY}``: ``conduit run opencode`` sets it, or export it yourself).
     """
 
     key_source: Literal["file", "env"] = "file"
@@ -179,6 +180,13 @@ class OpenCode(AdapterDefaults):
         path = config_file(env)
         self.require_dir(path.parent, opts.create)
         return provider_targets(settings, path, env, opts.key_source)
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """``{CONDUIT_API_KEY: key}`` for ``key_source = "env"`` (what ``{env:CONDUIT_API_KEY}`` reads: ``conduit run
+        opencode`` and ``conduit env opencode`` give it to the session); ``{}`` otherwise (files only)."""
+        if settings.options_as(OpenCodeOptions).key_source == "env":
+            return {KEY_VAR: settings.key_or_placeholder}
+        return {}
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, the conduit provider, and the layers that override the global file."""

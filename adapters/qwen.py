@@ -20,7 +20,8 @@ model-providers.md``; proven with the 0.24.4 binary (docs/formats/qwen.md):
 - ``.env`` files (``environment.ts`` ``findEnvFiles``/``loadEnvironment``): walking up from the working folder,
   the first ``.qwen/.env`` or ``.env`` found (when the folder is trusted), then ``$QWEN_HOME/.env`` (or
   ``~/.qwen/.env``) and ``~/.env``, always; a variable is set only when the environment lacks it (the first file
-  wins). conduit writes ``CONDUIT_API_KEY`` into ``~/.qwen/.env`` (0600) and ``envKey = "CONDUIT_API_KEY"``.
+  wins). conduit writes ``CONDUIT_API_KEY`` into ``~/.qwen/.env`` (0600) and ``envKey = "CONDUIT_API_KEY"``;
+  with ``key_source = "env"`` only ``envKey`` (a reference: ``conduit run qwen`` sets the variable).
 - Limits: ``generationConfig.contextWindowSize`` (tokens) and ``generationConfig.samplingParams.max_tokens``
   (the output ceiling; without it Qwen Code sends its own ``max_tokens``) in the model's entry.
 - Folder trust is off by default (``security.folderTrust.enabled``); when on, an untrusted folder loses its
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
@@ -63,6 +64,8 @@ from conduit.adapters.formats.textformats import (
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
+from conduit.adapters.precedence import Rule
+from conduit.adapters.qwen_precedence import DEFAULTS_VAR, FOLDERS_VAR, RULES, project_blockers
 
 AUTH_TYPE = "openai"
 KEY_VAR = "CONDUIT_API_KEY"
@@ -72,8 +75,16 @@ SYSTEM_VAR = "QWEN_CODE_SYSTEM_SETTINGS_PATH"
 SYSTEM_DEFAULT = Path("/etc/qwen-code/settings.json")
 
 
-QwenOptions = CreateOptions
-"""The shared ``create`` option (tests import this name)."""
+class QwenOptions(CreateOptions):
+    """``[tools.qwen]`` options.
+
+    Attributes:
+        key_source: ``dotenv`` (the key in ``.env`` beside settings.json, 0600; ``envKey`` names it) or ``env``
+            (``envKey`` only, a reference: start Qwen Code with ``conduit run qwen``, which sets
+            ``CONDUIT_API_KEY``; a ``CONDUIT_API_KEY`` line conduit left in that ``.env`` is removed).
+    """
+
+    key_source: Literal["dotenv", "env"] = "dotenv"
 
 
 def qwen_dir(env: Env) -> Path:
@@ -120,8 +131,9 @@ class Qwen(AdapterDefaults):
         f".env: {KEY_VAR}",
     )
     restart_hint: ClassVar[str | None] = "start a new Qwen Code session: it reads settings.json and .env at start-up"
-    Options: ClassVar[type[BaseModel]] = CreateOptions
-    env_vars: ClassVar[tuple[str, ...]] = (HOME_VAR, SYSTEM_VAR, KEY_VAR)
+    Options: ClassVar[type[BaseModel]] = QwenOptions
+    env_vars: ClassVar[tuple[str, ...]] = (HOME_VAR, SYSTEM_VAR, KEY_VAR, DEFAULTS_VAR, FOLDERS_VAR)
+    precedence: ClassVar[tuple[Rule, ...]] = RULES  # conduit.adapters.qwen_precedence
 
     # The two variables: packages/cli/src/config/config.ts (usageStatisticsEnabled, resolveTelemetrySettings).
     one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("-p",), opt_outs={
@@ -153,7 +165,7 @@ class Qwen(AdapterDefaults):
 
     def plan(self, settings: ToolSettings, env: Env) -> list[Target]:
         """Targets: the key in ``.env``; auth type, model and conduit's provider entries in ``settings.json``."""
-        opts = settings.options_as(CreateOptions)
+        opts = settings.options_as(QwenOptions)
         d = qwen_dir(env)
         self.require_dir(d, opts.create)
         path = d / "settings.json"
@@ -170,9 +182,20 @@ class Qwen(AdapterDefaults):
                     *jsonc_server_edits(doc, ("mcpServers",), servers, mcp_ledger, path)]
 
         private = needs_private(settings.mcp, REF)  # the model key is in .env; an MCP secret may be here
-        return [dotenv_target(d / ".env", {KEY_VAR: settings.key_or_placeholder}, secret_keys=(KEY_VAR,), label=".env"),
-                jsonc_target(path, edits, secret_keys={KEY_VAR, *mcp_secret_keys(settings.mcp)},
-                             mode=0o600 if private else 0o644, label="settings.json", no_trailing_commas="Qwen Code")]
+        by_env = opts.key_source == "env"
+        dotenv: list[Target] = [] if by_env and not (d / ".env").is_file() else [
+            dotenv_target(d / ".env", {KEY_VAR: None if by_env else settings.key_or_placeholder},
+                          secret_keys=(KEY_VAR,), create=not by_env, label=".env")]
+        return [*dotenv, jsonc_target(path, edits, secret_keys={KEY_VAR, *mcp_secret_keys(settings.mcp)},
+                                      mode=0o600 if private else 0o644, label="settings.json",
+                                      no_trailing_commas="Qwen Code")]
+
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """``{CONDUIT_API_KEY: key}`` for ``key_source = "env"`` (the variable ``envKey`` names: ``conduit run qwen``
+        and ``conduit env qwen`` give it to the session); ``{}`` otherwise (files only)."""
+        if settings.options_as(QwenOptions).key_source == "env":
+            return {KEY_VAR: settings.key_or_placeholder}
+        return {}
 
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the files, the owned values (key masked) and the version."""
@@ -209,31 +232,18 @@ class Qwen(AdapterDefaults):
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
         """An exported ``CONDUIT_API_KEY`` with another value, a project ``.env`` that sets it first, and the
-        workspace or system settings that replace the auth type, the model or the provider list."""
+        workspace or system settings that replace the auth type, the model or the provider list, each as Qwen Code
+        really applies it (``conduit.adapters.qwen_precedence``: the walk up for ``.env``, folder trust, a
+        ``model.name`` only where an entry offers it)."""
         out: list[Blocker] = []
         shell = env.get(KEY_VAR)
         if shell is not None and shell != settings.key_or_placeholder:
             out.append(Blocker("overridden", "shell environment", f"{KEY_VAR} is exported as "
                                f"{shown(shell, secret=True)}; Qwen Code never lets a .env file replace an exported "
                                "variable", f"unset {KEY_VAR}"))
-        project_env = _project_env(env)
-        if shell is None and project_env is not None and KEY_VAR in _read_env(project_env):
-            out.append(Blocker("overridden", str(project_env), f"{project_env} is read before ~/.qwen/.env and sets "
-                               f"{KEY_VAR}", f"remove {KEY_VAR} from {project_env}"))
         wanted = {"security.auth.selectedType": AUTH_TYPE, "model.name": settings.model,
                   "model.baseUrl": settings.root.openai_base()}
-        for label, layer in _layers_above(env):
-            doc, _ = _read(layer)
-            for dotted, value in wanted.items():
-                got = _dig(doc, *dotted.split("."))
-                if got is not None and got != value:
-                    out.append(Blocker("overridden", str(layer), f"{dotted} = \"{got}\" in the {label} settings "
-                                       f"ranks above {qwen_dir(env) / 'settings.json'} (conduit's \"{value}\")",
-                                       f"remove {dotted} from {layer}"))
-            if "modelProviders" in doc and not any(_ours(e) for e in _entries(doc)):
-                out.append(Blocker("overridden", str(layer), f"modelProviders in the {label} settings replaces the "
-                                   "user's whole list, conduit's entry included", f"remove modelProviders from {layer}"))
-        return out
+        return out + project_blockers(env, qwen_dir(env), wanted, shell, _ours)
 
 
 REF = "${%s}"
@@ -311,36 +321,6 @@ def _read_env(path: Path) -> dict[str, str]:
         return read_dotenv(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return {}
-
-
-def _project_env(env: Env) -> Path | None:
-    """The project ``.env`` Qwen Code reads before the user's: walking up from the working folder to (not into)
-    the home folder, the first ``.qwen/.env`` or ``.env``; None when none, or when the walk starts at home."""
-    home = env.home.resolve() if env.home.exists() else env.home
-    d = env.cwd.resolve() if env.cwd.exists() else env.cwd
-    while d != home:
-        for candidate in (d / ".qwen" / ".env", d / ".env"):
-            if candidate.is_file():
-                return candidate
-        if d.parent == d:
-            return None
-        d = d.parent
-    return None
-
-
-def _layers_above(env: Env) -> list[tuple[str, Path]]:
-    """The settings files that rank above the user's: the workspace's (not when the working folder is home) and
-    the system's."""
-    out = []
-    workspace = env.cwd / ".qwen" / "settings.json"
-    cwd = env.cwd.resolve() if env.cwd.exists() else env.cwd
-    home = env.home.resolve() if env.home.exists() else env.home
-    if cwd != home and workspace.is_file() and workspace != qwen_dir(env) / "settings.json":
-        out.append(("workspace", workspace))
-    system = Path(env.get(SYSTEM_VAR) or SYSTEM_DEFAULT)
-    if system.is_file():
-        out.append(("system", system))
-    return out
 
 
 __all__ = ["Qwen", "QwenOptions", "qwen_dir", "qwen_entry"]

@@ -137,6 +137,11 @@ class Zed(AdapterDefaults):
         mcp_ledger = settings.mcp_ledger or McpLedger()
         return [jsonc_target(path, edits, secret_keys=mcp_secret_keys(settings.mcp), label=path.name)]
 
+    def run_env(self, settings: ToolSettings, env: Env) -> dict[str, str | None]:
+        """``{CONDUIT_API_KEY: key}``: the variable Zed reads the key of provider ``conduit`` from (a reference,
+        always: Zed's file holds no key), for ``eval "$(conduit env zed --show-key)"`` before starting Zed."""
+        return {KEY_VAR: settings.key_or_placeholder}
+
     def inspect(self, env: Env) -> ToolFacts:
         """Facts for doctor: the file, conduit's provider, the default model, and where the key comes from."""
         path = config_dir(env) / "settings.json"

@@ -61,9 +61,12 @@ def _run(home: Path, *args: str, stdin: str | None = None, shown: str | None = N
 def _state_table(home: Path, title: str) -> Table:
     """What each tool holds right now (keys as fingerprints)."""
     table = Table("tool", "file", "base URL", "model", "key", title=title)
-    env = json.loads((home / ".claude" / "settings.json").read_text()).get("env", {})
+    doc = json.loads((home / ".claude" / "settings.json").read_text())
+    env = doc.get("env", {})
+    held = ("by reference (apiKeyHelper)" if doc.get("apiKeyHelper") and not env.get("ANTHROPIC_AUTH_TOKEN")
+            else fingerprint(env.get("ANTHROPIC_AUTH_TOKEN")))  # the reference is the default (docs/keys.md)
     table.add_row("Claude Code", "~/.claude/settings.json", env.get("ANTHROPIC_BASE_URL"), env.get("ANTHROPIC_MODEL"),
-                  fingerprint(env.get("ANTHROPIC_AUTH_TOKEN")))
+                  held)
     prov = json.loads((home / ".cline/data/settings/providers.json").read_text())
     s = (prov.get("providers", {}).get("openai-compatible") or {}).get("settings", {})
     table.add_row("Cline", "~/.cline/data/settings/providers.json", s.get("baseUrl"), s.get("model"),

@@ -28,6 +28,7 @@ from conduit.daemon.config.profile import LoadedProfile, did_you_mean, load_prof
 from conduit.daemon.config.redaction import REDACTOR, redact_data
 from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.sync.engine import SyncReport, sync
+from conduit.daemon.sync.keyrest import rest_after_sync
 from conduit.daemon.sync.lock import running_daemon_pid
 from conduit.daemon.sync.state import read_state, record_report, write_state
 from conduit.errors import BadArguments, ConduitError
@@ -59,7 +60,7 @@ def sync_cmd(
         err.print(f"[yellow]warning[/] {esc(line)}")
     report = sync(profile, tools=tool or None, dry_run=dry_run, force=force, resolver=resolver)
     if not dry_run:
-        _record_without_daemon(report, "conduit sync")
+        _record_without_daemon(report, "conduit sync", resolver)
     if as_json:
         out.print_json(json.dumps(redact_data(report_json(report, dry_run))))
     else:
@@ -109,13 +110,16 @@ def unlisted_models(profile: LoadedProfile, tools: list[str]) -> list[str]:
     return lines
 
 
-def _record_without_daemon(report: SyncReport, trigger: str) -> None:
+def _record_without_daemon(report: SyncReport, trigger: str, resolver: Resolver | None = None) -> None:
     """Keep the state file (what `conduit status`, `doctor` and the agent read) current when no daemon owns it;
-    ``trigger`` is the command (``conduit sync``, ``conduit use``), recorded as ``last_sync.trigger``."""
+    ``trigger`` is the command (``conduit sync``, ``conduit use``), recorded as ``last_sync.trigger``. With the
+    sync's ``resolver``, where each tool's key rests is recorded too, and a tool whose key moved to a reference
+    has it taken out of its backups (``rest_after_sync``: whether or not a daemon runs)."""
+    rests = rest_after_sync(report, resolver, Env()) if resolver is not None else None
     if running_daemon_pid() is not None:
         return  # the daemon keeps the state file; it sees these writes as its own tool-file events
     doc = read_state()
-    record_report(doc, report, trigger, mask=REDACTOR)
+    record_report(doc, report, trigger, mask=REDACTOR, rests=rests)
     try:
         write_state(doc, redact=REDACTOR)
     except OSError:
@@ -233,6 +237,10 @@ def _print_live(live: dict[str, Any]) -> None:
     pc = live.get("prefix_cache")
     if pc:
         out.print(f"prefix-cache hit rate: {pc['hit_rate']:.0%}" + (f" (low: {pc['hint']})" if pc["low"] else ""))
+    from conduit.daemon.cli.kvtierview import kv_tier_lines
+
+    for kv_line in kv_tier_lines(live.get("kv_tier")):
+        out.print(kv_line, markup=False, highlight=False)
     if "tool_calls" in live:
         from conduit.daemon.cli.toolcalls import print_tool_calls
 
@@ -280,8 +288,9 @@ def use_cmd(
         out.print(f"[yellow]warning[/] {esc(w)}")
     if no_sync:
         return 0
-    report = sync(profile)
-    _record_without_daemon(report, "conduit use")
+    resolver = Resolver(profile)
+    report = sync(profile, resolver=resolver)
+    _record_without_daemon(report, "conduit use", resolver)
     _print_sync(report, dry_run=False)
     return 0 if report.ok else 1
 

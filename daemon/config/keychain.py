@@ -25,8 +25,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from conduit.daemon.config.normalize import clean_key
-from conduit.daemon.config.secrets import check_name, key_set, looks_like_key
+from conduit.daemon.config.secrets import clean_named_key
 from conduit.errors import KeyError_
 from conduit.fileio import KEY_MAX_BYTES
 
@@ -211,15 +210,7 @@ def keychain_key_set(name: str, raw: str) -> str:
         KeyError_: a name that looks like a key or holds other characters than ``NAME_RE``, a key ``clean_key``
             refuses (nothing is stored then), or the keyring's errors (see ``keyring_get``).
     """
-    if looks_like_key(name):
-        key_set(name, "")  # raises the "looks like an API key" error, which never echoes the name
-    check_name(name)
-    try:
-        clean = clean_key(raw, source=f"the input for `{name}`")
-    except KeyError_ as exc:
-        if exc.message.endswith("is empty"):
-            exc.hint = f"pipe the key in (`conduit key set {name} --keyring < KEYFILE`) or type it at the prompt"
-        raise
+    clean = clean_named_key(name, raw, flags=" --keyring")
     replaced = keyring_get(name) is not None
     keyring_set(name, clean.key)
     verb = "replaced" if replaced else "stored"

@@ -90,6 +90,10 @@ class Channel(BaseModel):
         models: optional list of model ids the gateway serves (used for checks and hints).
         timeout: request timeout in seconds for tools that take one: finite, over 0, at most ``MAX_TIMEOUT_S``.
         auth: ``bearer`` (Authorization header) or ``x-api-key``.
+        key_delivery: how the tools of this channel get its key where they have a choice: ``reference`` (a
+            command, file or variable that yields the key) or ``copy`` (the key in the tool's own file); unset,
+            each tool's default (a reference where the tool takes one). A tool's own option wins
+            (``[tools.claude_code] key_delivery``, ``key_source``, ``key_method``: docs/keys.md).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -101,6 +105,7 @@ class Channel(BaseModel):
     models: list[ModelId] = Field(default_factory=list)
     timeout: Float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
     auth: Literal["bearer", "x-api-key"] = "bearer"
+    key_delivery: Literal["reference", "copy"] | None = None
 
 
 class ToolConfig(BaseModel):
@@ -157,6 +162,7 @@ class Profile(BaseModel):
     channels: dict[str, Channel]
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     vllm: dict[str, Any] | None = None
+    engines: dict[str, Any] | None = None  # [engines.NAME]: observed beside [vllm] (conduit.daemon.config.engines)
     fallback: FallbackSettings | None = None
     mcp: McpConfig | None = None
 

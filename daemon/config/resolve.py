@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import SecretStr
 
 from conduit.adapters.base import AuthStyle, Root, ToolSettings
+from conduit.adapters.keyref import delivery_options
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.fallback import FallbackSettings
 from conduit.daemon.config.mcpconfig import tool_servers
@@ -127,6 +128,12 @@ class Resolver:
         route = self.fallback_route(tool)
         return route.channel if route is not None else self._own_channel(tool)
 
+    def _options(self, tool: str, channel: str) -> dict[str, object]:
+        """The tool's own options, with the ``key_delivery`` of the channel it uses filled in where the table
+        does not set the tool's own form of it (``conduit.adapters.keyref.delivery_options``)."""
+        cfg, ch = self.profile.model.tools[tool], self.profile.model.channels.get(channel)
+        return delivery_options(tool, ch.key_delivery if ch is not None else None, cfg.options())
+
     def tool_settings(self, tool: str) -> ToolSettings:
         """The ``ToolSettings`` for ``tool``.
 
@@ -152,7 +159,7 @@ class Resolver:
             model=route.model if route is not None else cfg.model or prof.model,
             small_model=route.small_model if route is not None else cfg.small_model or prof.small_model,
             timeout_s=ch.timeout_s,
-            options=adapter.Options.model_validate(cfg.options()),  # checked at load: tool_problems
+            options=adapter.Options.model_validate(self._options(tool, ch.name)),  # checked at load: tool_problems
             mcp=tool_servers(prof.mcp, prof.tools, tool, self.environ),
         )
 

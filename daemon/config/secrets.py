@@ -28,7 +28,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError, TOMLKitError
 
 from conduit.daemon.config import paths
-from conduit.daemon.config.normalize import clean_key, decode_key_bytes
+from conduit.daemon.config.normalize import CleanKey, clean_key, decode_key_bytes
 from conduit.daemon.config.tomlwords import toml_problem
 from conduit.errors import KeyError_
 from conduit.fileio import PROFILE_MAX_BYTES, atomic_write, locked, make_private_dirs, read_regular_file
@@ -235,27 +235,38 @@ class SecretsStore:
 # ------------------------------------------------------------------------------------ `conduit key` work
 
 
-def key_set(name: str, raw: str, *, store: SecretsStore | None = None) -> str:
-    """Clean ``raw`` and store it as secret ``name``; returns one line for a person (fingerprint, no key).
+def clean_named_key(name: str, raw: str, *, flags: str = "") -> CleanKey:
+    """The checks of ``conduit key set NAME [flags]`` before anything is stored: ``name`` is a name, not a key
+    (never echoed: it is probably a key typed where the name goes, now in the shell history) and matches
+    ``NAME_RE``; ``raw`` is a key ``clean_key`` accepts. Returns the clean key.
 
     Raises:
-        KeyError_: a bad name, or a key ``clean_key`` refuses; nothing is written then.
+        KeyError_: any of these refused, naming what to do (``flags`` goes into the hint's command line).
     """
     if looks_like_key(name):
-        # Never echo it: it is probably a key typed where the name goes (and now in the shell history).
         raise KeyError_(
             "that looks like an API key, not a name: the key is read from stdin, never from the command line",
             hint="run `conduit key set NAME` and paste the key when asked; if that was a real key, it is in "
             "your shell history now: rotate it",
         )
     check_name(name)
-    store = store or SecretsStore()
     try:
-        clean = clean_key(raw, source=f"the input for `{name}`")
+        return clean_key(raw, source=f"the input for `{name}`")
     except KeyError_ as exc:
         if exc.message.endswith("is empty"):
-            exc.hint = f"pipe the key in (`conduit key set {name} < KEYFILE`) or type it at the hidden prompt"
+            exc.hint = (f"pipe the key in (`conduit key set {name}{flags} < KEYFILE`) or type it at the hidden "
+                        "prompt")
         raise
+
+
+def key_set(name: str, raw: str, *, store: SecretsStore | None = None) -> str:
+    """Clean ``raw`` and store it as secret ``name``; returns one line for a person (fingerprint, no key).
+
+    Raises:
+        KeyError_: a bad name, or a key ``clean_key`` refuses; nothing is written then.
+    """
+    clean = clean_named_key(name, raw)
+    store = store or SecretsStore()
     replaced = store.set(name, clean.key)
     verb = "replaced" if replaced else "stored"
     line = f"{verb} key `{name}` ({clean.fingerprint}) in {store.shown}"

@@ -21,7 +21,7 @@ from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.config.routing import reading_problem
 from conduit.daemon.sync.drift import changed_keys, drift_remedy
 from conduit.daemon.sync.engine import ToolReport, sync
-from conduit.daemon.sync.keyrest import key_at_rest
+from conduit.daemon.sync.keyrest import key_at_rest, unstable_reference
 from conduit.daemon.sync.lock import daemon_activity
 from conduit.daemon.sync.outrank import apply_blockers, blockers_for
 from conduit.daemon.sync.state import profile_error, read_state, tool_facts
@@ -157,11 +157,13 @@ def _key_at_rest(entry: dict[str, Any], report: dict[str, Any], name: str, tr: T
     tool's key cannot be read (its state already says why), or when its files are not in sync and hold no key
     (a reference is not told from a file not written yet)."""
     try:
-        key = resolver.tool_settings(name).key
+        settings = resolver.tool_settings(name)
     except ConduitError:
         return
+    key = settings.key
+    report["warnings"] += unstable_reference(name, entry["display"], settings)
     rest = key_at_rest(entry["display"], [r.path for r in tr.results], key, config_home=env.config_home(),
-                       home=env.home)
+                       home=env.home, reference=ADAPTERS[name].key_reference(env))
     if tr.status != "unchanged" and not rest["files"]:
         return
     entry["key_at_rest"] = {"where": rest["where"], "files": rest["files"]}

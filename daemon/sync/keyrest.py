@@ -4,7 +4,7 @@ For a managed tool, the files its sync writes (the dry-run sync's results) are s
 (bytes, no parsing: a SQLite database is searched too). The answer, ``key_at_rest(...)["where"]``:
 
 - ``reference (apiKeyHelper)``: Claude Code runs conduit's ``key print`` command; no file of the tool holds the
-  key (``conduit.adapters.claude_code.is_conduit_helper``);
+  key (the adapter's ``key_reference``);
 - ``reference (conduit's key file 0600)``: the only file holding it is conduit's own key file for a tool's
   ``{file:...}`` / ``!cat`` / SecretRef reference (``<config>/conduit/tool-keys/``);
 - ``reference``: no file holds it (an ``{env:...}``/``${VAR}`` reference the person exports);
@@ -13,6 +13,11 @@ For a managed tool, the files its sync writes (the dry-run sync's results) are s
 
 Warnings: a file holding the key that group or others may read, and one that sits inside a git work tree (a
 dotfiles repository would commit the key).
+
+After each real sync (``rest_after_sync``, the daemon and ``conduit sync``): the answer per tool goes into the sync
+state file (``conduit status`` shows it), and a tool whose sync changed its files so that none holds the key any
+more (``key_delivery`` switched to a reference) has the key replaced by its fingerprint in its backups;
+conduit's key files that no tool reads any more are removed (``conduit.daemon.sync.toolkeys``).
 """
 
 from __future__ import annotations
@@ -22,10 +27,17 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from conduit.adapters.claude_code import HELPER_KEY, is_conduit_helper
-from conduit.adapters.formats.jsonfile import read_json_quietly
+from conduit.adapters.base import Env, ToolSettings
+from conduit.adapters.keyref import DELIVERY_OPTIONS, RUNS_CONDUIT, unstable_reason
+from conduit.adapters.registry import ADAPTERS
+from conduit.adapters.writer.backups import BackupStore
+from conduit.daemon.config.resolve import Resolver
+from conduit.daemon.sync.engine import SyncReport
+from conduit.daemon.sync.scrub import scrub_backups
+from conduit.daemon.sync.toolkeys import remove_stale_tool_keys
+from conduit.errors import ConduitError
 
-__all__ = ["git_work_tree", "key_at_rest"]
+__all__ = ["git_work_tree", "key_at_rest", "rest_after_sync", "unstable_reference"]
 
 _SQLITE_MAGIC = b"SQLite format 3\0"
 _MAX_BYTES = 64 << 20  # a tool file longer than this is not searched (settings files are a few KiB)
@@ -71,13 +83,14 @@ def _holds(path: Path, key: str) -> tuple[bool, int, bool]:
 
 
 def key_at_rest(tool: str, paths: list[Path], key: str | None, *, config_home: Path,
-                home: Path) -> dict[str, Any]:
+                home: Path, reference: str | None = None) -> dict[str, Any]:
     """Where ``tool``'s key rests (see the module docstring).
 
     Args:
         tool: the tool's name for people (in warnings); paths: the files its sync writes; key: the channel's key (None: none needed);
         config_home: ``$XDG_CONFIG_HOME`` or ``~/.config`` (conduit's tool-keys live under it); home: ``$HOME``
-            (the git search stops there).
+            (the git search stops there); reference: the reference running conduit that the tool's files hold
+            (``Adapter.key_reference``: ``apiKeyHelper``), or None.
 
     Returns:
         ``{"where": str, "files": [{"path", "mode" ("0600"), "kind" ("file" | "database")}], "warnings": [str]}``.
@@ -98,17 +111,51 @@ def key_at_rest(tool: str, paths: list[Path], key: str | None, *, config_home: P
         if tree is not None:
             warnings.append(f"{tool}: {path} holds the key and sits inside the git work tree {tree}: a commit "
                             "would publish it; add it to .gitignore, or use a key reference where the tool has one")
-    return {"where": _where(paths, files, own), "files": files, "warnings": warnings}
+    return {"where": _where(files, own, reference), "files": files, "warnings": warnings}
 
 
-def _where(paths: list[Path], files: list[dict[str, str]], own: Path) -> str:
+def _where(files: list[dict[str, str]], own: Path, reference: str | None) -> str:
     if not files:
-        for p in paths:
-            if p.name == "settings.json":
-                doc, _ = read_json_quietly(p)
-                if is_conduit_helper(doc.get(HELPER_KEY)):
-                    return f"reference ({HELPER_KEY})"
-        return "reference"
+        return f"reference ({reference})" if reference else "reference"
     if all(Path(f["path"]).parent == own for f in files):
         return f"reference (conduit's key file {files[0]['mode']})"
     return ", ".join(dict.fromkeys(f"{f['kind']} {f['mode']}" for f in files))
+
+
+def unstable_reference(tool: str, display: str, settings: ToolSettings) -> list[str]:
+    """A warning when ``tool``'s options ask for a reference that runs conduit (``RUNS_CONDUIT``) but conduit's
+    executable is in a temporary place (``conduit.adapters.keyref.unstable_reason``), so the sync wrote a copy;
+    else ``[]``."""
+    if tool not in RUNS_CONDUIT or settings.key is None:
+        return []
+    option, values = DELIVERY_OPTIONS[tool]
+    reason = unstable_reason()
+    if getattr(settings.options, option, None) != values["reference"] or reason is None:
+        return []
+    return [f"{display}: {option} = \"reference\", but {reason}: a command there would vanish, so its file "
+            "holds a copy of the key; install conduit where it stays (`pipx install`, `uv tool install`) and run "
+            "`conduit sync`"]
+
+
+def rest_after_sync(report: SyncReport, resolver: Resolver, env: Env,
+                    backups: BackupStore | None = None) -> dict[str, str]:
+    """Where each tool's key rests after a real sync (``key_at_rest(...)["where"]``), for the tools whose files
+    are in sync (``changed``/``unchanged``) and whose key can be read; and, for a tool whose sync changed its
+    files so that no file of it holds the key any more, the key replaced by its fingerprint in that tool's
+    backups (``scrub_backups(tool=)``; ``backups`` None: conduit's backups directory). Never raises for a key
+    that cannot be read (the tool is left out)."""
+    out: dict[str, str] = {}
+    for tr in report.tools:
+        if tr.status not in ("changed", "unchanged"):
+            continue
+        try:
+            key = resolver.tool_settings(tr.tool).key
+        except ConduitError:
+            continue
+        rest = key_at_rest(tr.display, [r.path for r in tr.results], key, config_home=env.config_home(),
+                           home=env.home, reference=ADAPTERS[tr.tool].key_reference(env))
+        out[tr.tool] = rest["where"]
+        if tr.status == "changed" and key is not None and not rest["files"]:
+            scrub_backups([key], backups, tool=tr.tool)
+    remove_stale_tool_keys(report, env)  # a key file no tool reads any more is a copy of the key: gone
+    return out

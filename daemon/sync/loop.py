@@ -63,6 +63,7 @@ from conduit.daemon.sync.drift import (
     warn_readable,
 )
 from conduit.daemon.sync.engine import SyncReport, ToolReport, sync
+from conduit.daemon.sync.keyrest import rest_after_sync
 from conduit.daemon.sync.logs import log_tool
 from conduit.daemon.sync.options import DEBOUNCE_S, MAX_DELAY_S, DaemonOptions
 from conduit.daemon.sync.progress import LoopProgress
@@ -404,7 +405,8 @@ class SyncDaemon:
         """Log one line per tool, remember what conduit wrote (digests), update the state document."""
         self.syncs += 1
         warn_readable(report.notices)  # a key file or the secrets file others may read: said once, naming the fix
-        record_report(self.state, report, trigger, mask=self.redactor, drift_check=drift_check)
+        rests = rest_after_sync(report, self.resolver, self.env, self.options.backups) if self.resolver else None
+        record_report(self.state, report, trigger, mask=self.redactor, drift_check=drift_check, rests=rests)
         for tr in report.tools:
             log_tool(tr, trigger)
             track = self.tracks.setdefault(tr.tool, ToolTrack())

@@ -1,4 +1,4 @@
-"""Old keys out of conduit's backups, after a key rotation.
+"""Old keys out of conduit's backups, after a key rotation (or a tool's switch to a key reference).
 
 Two ways in, one rule: an old key is never written again, and none survives in a backup.
 
@@ -116,13 +116,16 @@ def _redact_in_place(p: Path, data: bytes, secrets: list[str]) -> None:
     os.replace(tmp, p)
 
 
-def scrub_backups(secrets: list[str], store: BackupStore | None = None) -> int:
-    """Redact ``secrets`` from every backup in ``store`` (default: conduit's backups directory), in place.
+def scrub_backups(secrets: list[str], store: BackupStore | None = None, *, tool: str | None = None) -> int:
+    """Redact ``secrets`` from every backup in ``store`` (default: conduit's backups directory), in place; only
+    from ``tool``'s backups when given (a tool whose files no longer hold the key: ``key_delivery`` switched
+    to a reference).
 
     Returns the number of backup files changed. A file that cannot be redacted is deleted instead (an old key
     must not survive), and counted.
     """
-    root = (store or BackupStore(paths.backups_dir())).root
+    base = store or BackupStore(paths.backups_dir())
+    root = base.tool_dir(tool) if tool else base.root
     secrets = _usable(secrets)
     if not secrets or not root.is_dir():
         return 0

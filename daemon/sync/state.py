@@ -23,7 +23,9 @@ Shape (``version`` 1), the JSON of ``SyncState``::
           "restart_needed": true,
           "status": "changed" | "unchanged" | "error" | "not_found" | "unsupported" | "disabled",
           "last_sync_at": "...", "message": null, "files": ["/home/u/.claude/settings.json"],
-          "last_change_at": "...", "restart_hint": "..."    # set once a sync changed the tool's files
+          "last_change_at": "...", "restart_hint": "...",   # set once a sync changed the tool's files
+          "key_at_rest": "reference (apiKeyHelper)" | "file 0600" | "database 0600" | "none" | ...
+                                                            # after a sync that left its files in sync
         }
       }
     }
@@ -36,7 +38,7 @@ unreadable or invalid file is the empty state; keys a newer conduit added are ke
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,6 +118,7 @@ class ToolInfo(_Part):
     files: list[str] = Field(default_factory=list)
     last_change_at: str | None = None
     restart_hint: str | None = None
+    key_at_rest: str | None = None
 
     @classmethod
     def new(cls) -> ToolInfo:
@@ -252,11 +255,13 @@ def profile_error(state: SyncState) -> str | None:
 
 
 def record_report(state: SyncState, report: SyncReport, trigger: str, *,
-                  mask: Callable[[str], str] = lambda s: s, drift_check: bool = False) -> None:
+                  mask: Callable[[str], str] = lambda s: s, drift_check: bool = False,
+                  rests: Mapping[str, str] | None = None) -> None:
     """Fold one ``SyncReport`` into ``state`` (in place): per tool its status, time, message (masked), files
-    and restart-needed flag; and ``last_sync``. Shared by the daemon and by a plain `conduit sync` run while no
-    daemon runs, so `conduit status` and `doctor` see either. ``drift_check``: the sync re-applied a drifted
-    tool, whose drift record the caller keeps.
+    and restart-needed flag, where its key rests (``rests``: ``conduit.daemon.sync.keyrest.rest_after_sync``);
+    and ``last_sync``. Shared by the daemon and by a plain `conduit sync` run while no daemon runs, so
+    `conduit status` and `doctor` see either. ``drift_check``: the sync re-applied a drifted tool, whose drift
+    record the caller keeps.
     """
     now = utc_now()
     for tr in report.tools:
@@ -270,4 +275,6 @@ def record_report(state: SyncState, report: SyncReport, trigger: str, *,
             entry.restart_needed, entry.restart_hint = hint is not None, hint
         if tr.status in ("changed", "unchanged") and not drift_check:
             entry.drift = None
+        if rests is not None and tr.tool in rests:
+            entry.key_at_rest = rests[tr.tool]
     state.last_sync = LastSync(at=now, trigger=trigger, ok=report.ok)

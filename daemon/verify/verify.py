@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from conduit.adapters.base import Env, NotFound, Root, Target, ToolSettings, Unsupported
+from conduit.adapters.keyref import DELIVERY_OPTIONS, RUNS_CONDUIT
 from conduit.adapters.registry import ADAPTERS, missing_declarations
 from conduit.adapters.writer.apply import Writer
 from conduit.adapters.writer.backups import BackupStore
@@ -240,8 +241,13 @@ def _user_folders(settings: ToolSettings, user_home: Path) -> ToolSettings:
 
 def _plan_in_home(tool: str, settings: ToolSettings, env: Env) -> list[Target]:
     """The adapter's targets in T; when the tool has no files yet, again with its ``fresh_options`` (the options
-    that let it write into a fresh HOME: the tool is installed but was never configured)."""
+    that let it write into a fresh HOME: the tool is installed but was never configured). A tool whose key
+    reference runs conduit (``RUNS_CONDUIT``: Claude Code's ``apiKeyHelper``) gets a copy of the key in T: the
+    helper would look for conduit's profile and key sources in T, where they are not."""
     adapter = ADAPTERS[tool]
+    if tool in RUNS_CONDUIT:
+        option, values = DELIVERY_OPTIONS[tool]
+        settings = replace(settings, options=settings.options.model_copy(update={option: values["copy"]}))
     try:
         return adapter.plan(settings, env)
     except NotFound:

@@ -51,10 +51,10 @@ def test_c05_trailing_space_trimmed(temp_home: Path) -> None:
 
 
 def test_c06_key_file_newline_and_c14_bearer_prefix(temp_home: Path) -> None:
-    write_profile(temp_home, key_text="sk-test-abc\n", tools=("claude_code",))
+    write_profile(temp_home, key_text="sk-test-abc\n", tools=("claude_code",), key_delivery="copy")
     run_sync(temp_home)
     assert settings(temp_home)["env"]["ANTHROPIC_AUTH_TOKEN"] == "sk-test-abc"
-    write_profile(temp_home, key_text="Bearer sk-test-abc", tools=("claude_code",))
+    write_profile(temp_home, key_text="Bearer sk-test-abc", tools=("claude_code",), key_delivery="copy")
     run_sync(temp_home)
     assert settings(temp_home)["env"]["ANTHROPIC_AUTH_TOKEN"] == "sk-test-abc"
 
@@ -77,7 +77,7 @@ def test_c09_unowned_keys_and_order_survive(temp_home: Path) -> None:
     claude_settings(temp_home)
     lifecycle(temp_home)
     doc = settings(temp_home)
-    assert list(doc) == list(CLAUDE_SETTINGS)
+    assert list(doc) == [*CLAUDE_SETTINGS, "apiKeyHelper"]  # the key by reference (the default), appended
     for key in ("$schema", "permissions", "hooks", "statusLine", "enabledPlugins", "model"):
         assert doc[key] == CLAUDE_SETTINGS[key]
     env = doc["env"]
@@ -113,14 +113,17 @@ def test_c10_hooks_added_between_read_and_write_survive(temp_home: Path, monkeyp
 def test_c11_exactly_one_auth_variable(temp_home: Path) -> None:
     doc = dict(CLAUDE_SETTINGS, env={"ANTHROPIC_AUTH_TOKEN": "sk-a-000000000000", "ANTHROPIC_API_KEY": "sk-b-00000000000"})
     claude_settings(temp_home, doc)
-    write_profile(temp_home, tools=("claude_code",))
+    write_profile(temp_home, tools=("claude_code",), key_delivery="copy")
     run_sync(temp_home)
     env = settings(temp_home)["env"]
     assert [k for k in env if k in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")] == ["ANTHROPIC_AUTH_TOKEN"]
-    write_profile(temp_home, tools=("claude_code",), auth="x-api-key")
+    write_profile(temp_home, tools=("claude_code",), auth="x-api-key", key_delivery="copy")
     run_sync(temp_home)
     env = settings(temp_home)["env"]
     assert [k for k in env if k in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")] == ["ANTHROPIC_API_KEY"]
+    write_profile(temp_home, tools=("claude_code",), auth="x-api-key")  # the default: a reference, neither
+    run_sync(temp_home)
+    assert not {"ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY"} & set(settings(temp_home)["env"])
 
 
 def test_c12_doctor_shows_effective_value_and_why(temp_home: Path) -> None:
@@ -243,7 +246,7 @@ def test_window_from_the_model_list_written_for_a_local_channel(temp_home: Path)
     lifecycle(temp_home)
     assert _limits(temp_home) == {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8192", "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
                                   "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"}
-    assert list(settings(temp_home)) == list(CLAUDE_SETTINGS)
+    assert list(settings(temp_home)) == [*CLAUDE_SETTINGS, "apiKeyHelper"]
 
 
 def test_limits_go_and_the_persons_values_come_back(temp_home: Path) -> None:

@@ -126,7 +126,7 @@ def test_hand_written_hooks_file_gets_a_small_diff(temp_home: Path) -> None:
     path.parent.mkdir(parents=True)
     before = (LAYOUTS / "claude_four_space_one_line_hooks.json").read_text()
     path.write_text(before)
-    write_profile(temp_home, tools=("claude_code",))
+    write_profile(temp_home, tools=("claude_code",), key_delivery="copy")  # the file's own token stays the copy
     run_sync(temp_home)
     after = path.read_text()
     gone = [ln for ln in before.splitlines() if ln not in after.splitlines()]

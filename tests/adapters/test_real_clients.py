@@ -31,7 +31,7 @@ INPUTS = ["{}/api", "{}/api/v1", "{}/api/", "{}/api/v1/", "{}/api/v1/chat/comple
 
 @pytest.mark.parametrize("raw", INPUTS)
 def test_claude_code_url_reaches_messages(temp_home: Path, gateway: Gateway, raw: str) -> None:
-    write_profile(temp_home, raw.format(gateway.url), tools=("claude_code",))
+    write_profile(temp_home, raw.format(gateway.url), tools=("claude_code",), key_delivery="copy")
     run_sync(temp_home)
     env = json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]
     client = anthropic.Anthropic(base_url=env["ANTHROPIC_BASE_URL"], auth_token=env["ANTHROPIC_AUTH_TOKEN"],

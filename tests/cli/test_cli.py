@@ -52,8 +52,9 @@ def test_init_key_set_sync_doctor_use_restore(temp_home: Path) -> None:
     assert json.loads((temp_home / ".claude" / "settings.json").read_text()) == {"permissions": {"allow": ["Bash"]}}
     r = conduit(temp_home, "sync")
     assert r.returncode == 0, r.stderr
-    env = json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]
-    assert env["ANTHROPIC_BASE_URL"] == "https://taotoken.net/api" and env["ANTHROPIC_AUTH_TOKEN"] == "sk-test-0123456789abcd"
+    doc = json.loads((temp_home / ".claude" / "settings.json").read_text())
+    assert doc["env"]["ANTHROPIC_BASE_URL"] == "https://taotoken.net/api"
+    assert doc["apiKeyHelper"].endswith(" key print taotoken") and "ANTHROPIC_AUTH_TOKEN" not in doc["env"]
     # without a daemon, a plain sync keeps the state file that `conduit status` and `doctor` read
     state = json.loads((temp_home / ".local" / "state" / "conduit" / "sync.json").read_text())
     assert state["tools"]["claude_code"]["status"] == "changed" and state["last_sync"]["trigger"] == "conduit sync"
@@ -215,5 +216,8 @@ def test_init_from_a_tool_without_a_key_points_at_the_secret_and_never_writes_a_
     assert r.returncode == 0, r.stderr
     r = conduit(temp_home, "use", "claude-sonnet-4-20250514")
     assert r.returncode == 0, r.stderr
-    env = json.loads((temp_home / ".claude" / "settings.json").read_text())["env"]
-    assert env["ANTHROPIC_AUTH_TOKEN"] == "sk-live-0123456789abcdef"
+    doc = json.loads((temp_home / ".claude" / "settings.json").read_text())
+    assert doc["apiKeyHelper"].endswith(" key print gateway") and "ANTHROPIC_AUTH_TOKEN" not in doc["env"]
+    helper = subprocess.run(["/bin/sh", "-c", doc["apiKeyHelper"]], capture_output=True, text=True, timeout=60,
+                            env={"HOME": str(temp_home), "PATH": "/usr/bin:/bin"})
+    assert helper.stdout == "sk-live-0123456789abcdef\n", helper.stderr

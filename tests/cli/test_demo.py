@@ -21,4 +21,5 @@ def test_demo_runs_end_to_end(temp_home: Path) -> None:
     assert heads and len(heads) == len(set(heads)), heads  # each diff shown once
     warnings = [line for line in out.splitlines() if line.startswith("warning")]
     assert "stand-in" in out and not [w for w in warnings if "127.0.0.1" in w or "models channel" in w], warnings
-    assert len(out.splitlines()) <= 95, len(out.splitlines())
+    assert "by reference (apiKeyHelper)" in out  # Claude Code's key: a reference by default
+    assert len(out.splitlines()) <= 96, len(out.splitlines())  # 96: the apiKeyHelper line of the first diff

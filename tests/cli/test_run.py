@@ -149,8 +149,12 @@ def test_run_claude_code_gets_a_rerendered_copy_and_the_users_file_is_untouched(
     assert seen["state"]  # ~/.claude.json copied where Claude Code looks with CLAUDE_CONFIG_DIR set
     written = json.loads(seen["settings"])
     assert written["env"]["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:4321/second"
-    assert written["env"]["ANTHROPIC_AUTH_TOKEN"] == LOCAL_KEY and written["env"]["KEEP"] == "1"
-    assert written["permissions"] == {"allow": ["Bash"]}
-    assert seen["env"]["ANTHROPIC_AUTH_TOKEN"] == LOCAL_KEY and "ANTHROPIC_API_KEY" not in seen["env"]
+    assert written["env"]["KEEP"] == "1" and written["permissions"] == {"allow": ["Bash"]}
+    # the key by reference (the default): the copy's apiKeyHelper prints the channel's key, no variable holds it
+    assert "ANTHROPIC_AUTH_TOKEN" not in written["env"] and written["apiKeyHelper"].endswith(" key print second")
+    assert not {"ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY"} & set(seen["env"])
+    helper = subprocess.run(["/bin/sh", "-c", written["apiKeyHelper"]], capture_output=True, text=True, timeout=60,
+                            env={"HOME": str(temp_home), "PATH": "/usr/bin:/bin", "SECOND_KEY": seen["env"]["SECOND_KEY"]})
+    assert helper.stdout == LOCAL_KEY + "\n", helper.stderr
     assert not cfg_dir.exists()  # the temporary copy is gone
     assert snapshot(temp_home) == before

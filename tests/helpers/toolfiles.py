@@ -27,8 +27,10 @@ from conduit.daemon.sync.engine import SyncReport, sync
 def write_profile(home: Path, base_url: str = "https://gw.example.com/api", *, key_text: str | None = "sk-test-abc\n",
                   tools: tuple[str, ...] = ("claude_code", "cline", "cc_switch"), extra: str = "",
                   model: str = "claude-sonnet-4-20250514", small_model: str | None = "claude-3-5-haiku-20241022",
-                  auth: str = "bearer") -> Path:
-    """Write a profile (and a key file holding ``key_text``) under ``home``; returns the profile path."""
+                  auth: str = "bearer", key_delivery: str | None = None) -> Path:
+    """Write a profile (and a key file holding ``key_text``) under ``home``; returns the profile path.
+    ``key_delivery``: the channel's ``key_delivery`` (``copy`` for a test about the key in a tool's own file:
+    Claude Code's default is a reference)."""
     cfg = home / ".config" / "conduit"
     cfg.mkdir(parents=True, exist_ok=True)
     key_line = ""
@@ -42,7 +44,8 @@ def write_profile(home: Path, base_url: str = "https://gw.example.com/api", *, k
     tables = "".join(f"[tools.{t}]\n" for t in tools)
     text = (f'version = 1\nchannel = "gw"\nmodel = "{model}"\n{small}\n[channels.gw]\n'
             f'base_url = {json.dumps(base_url)}\nprotocols = ["openai", "anthropic"]\n{key_line}'
-            f'auth = "{auth}"\n\n{tables}{extra}')
+            f'auth = "{auth}"\n' + (f'key_delivery = "{key_delivery}"\n' if key_delivery else "")
+            + f'\n{tables}{extra}')
     path = cfg / "profile.toml"
     path.write_text(text)
     return path

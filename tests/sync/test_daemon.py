@@ -10,6 +10,7 @@ import os
 import random
 import re
 import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -255,9 +256,16 @@ def test_key_file_change_propagates(daemon: Daemon, temp_home: Path) -> None:
     tmp = keyfile.with_name("gw.new")
     tmp.write_text("sk-test-second-key-987654\n")
     os.replace(tmp, keyfile)
-    wait_for(lambda: claude_env(temp_home)["ANTHROPIC_AUTH_TOKEN"] == "sk-test-second-key-987654",
-             what="the new key in Claude Code")
     wait_for(lambda: cline_settings(temp_home)["apiKey"] == "sk-test-second-key-987654", what="Cline")
+    # Claude Code holds a reference (the default): its apiKeyHelper prints the new key, its file holds none
+    helper = json.loads((temp_home / ".claude" / "settings.json").read_text())["apiKeyHelper"]
+    printed = subprocess.run(["/bin/sh", "-c", helper], capture_output=True, text=True, timeout=60,
+                             env={"HOME": str(temp_home), "PATH": "/usr/bin:/bin"})
+    assert printed.stdout == "sk-test-second-key-987654\n", printed.stderr
+    assert "ANTHROPIC_AUTH_TOKEN" not in claude_env(temp_home)
+    rests = wait_for(lambda: {t: i.get("key_at_rest") for t, i in read_state(temp_home)["tools"].items()}
+                     if "cline" in read_state(temp_home)["tools"] else None, what="the state file")
+    assert rests == {"claude_code": "reference (apiKeyHelper)", "cline": "file 0600", "cc_switch": "database 0600"}
     wait_for(lambda: cc_switch_env(temp_home)["ANTHROPIC_AUTH_TOKEN"] == "sk-test-second-key-987654",
              what="CC Switch")
     assert "sk-test-second-key-987654" not in daemon.log()

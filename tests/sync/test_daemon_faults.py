@@ -379,7 +379,7 @@ def test_a_canary_key_reaches_no_log_line_and_not_the_state_file(temp_home: Path
     cline_gen_c(temp_home)
     cline = temp_home / ".cline" / "data" / "settings" / "providers.json"
     cline.write_text('{"providers": {"openai-compatible": {"settings": {"apiKey": "' + CANARY + '"\n')  # torn
-    profile = write_profile(temp_home, key_text=CANARY + "\n", tools=("claude_code", "cline"))
+    profile = write_profile(temp_home, key_text=CANARY + "\n", tools=("claude_code", "cline"), key_delivery="copy")
     leaky = f"echo {CANARY}; echo {CANARY} >&2; echo 'token {CANARY} rejected' >&2; exit 3"
     profile.write_text(profile.read_text().replace(
         "[channels.gw]", f'[channels.aaa]\nbase_url = "https://aaa.example.com"\nprotocols = ["openai"]\n'

@@ -261,7 +261,7 @@ def test_claude_vertex_switch_in_a_project_settings_file(temp_home: Path) -> Non
 
 
 def test_claude_api_key_helper_and_model_key(temp_home: Path) -> None:
-    write_profile(temp_home, "[tools.claude_code]\n")
+    write_profile(temp_home, '[tools.claude_code]\nkey_delivery = "copy"\n')  # a reference replaces the helper
     settings = temp_home / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text('{"apiKeyHelper": "pass show anthropic", "model": "claude-opus-4-6"}')

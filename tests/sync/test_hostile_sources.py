@@ -68,7 +68,7 @@ def setup(temp_home: Path) -> Path:
     """Claude Code and Cline configured, a profile syncing both from channel ``gw``; returns the profile."""
     claude_settings(temp_home, {"permissions": {"allow": ["Bash"]}})
     cline_gen_c(temp_home)
-    return write_profile(temp_home, tools=("claude_code", "cline"))
+    return write_profile(temp_home, tools=("claude_code", "cline"), key_delivery="copy")  # the key read, in the file
 
 
 def use_source(profile: Path, source: str) -> None:

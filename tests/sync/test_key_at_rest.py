@@ -106,7 +106,7 @@ def test_key_print_refuses_an_unknown_channel_and_prints_nothing_else(temp_home:
 
 
 def test_doctor_warns_about_a_readable_key_file_and_one_inside_a_git_work_tree(temp_home: Path) -> None:
-    setup(temp_home)
+    setup(temp_home, 'key_delivery = "copy"\n')
     assert cli(temp_home, "sync").returncode == 0
     assert "holds the key" not in " ".join(doctor(temp_home)["warnings"])
     subprocess.run(["git", "init", "-q", str(temp_home / ".claude")], check=True, timeout=60)

@@ -43,7 +43,7 @@ def test_tighten_keyed_only_touches_open_regular_files_that_hold_a_key(tmp_path:
 
 def test_the_daemon_tightens_a_tool_file_a_tool_saved_0644(temp_home: Path, tmp_path: Path) -> None:
     claude_settings(temp_home)
-    write_profile(temp_home, key_text=KEY + "\n", tools=("claude_code",))
+    write_profile(temp_home, key_text=KEY + "\n", tools=("claude_code",), key_delivery="copy")  # a file holding it
     settings = temp_home / ".claude" / "settings.json"
     daemon = Daemon(temp_home, tmp_path)
     try:

@@ -52,7 +52,7 @@ def setup_home(home: Path, url: str, source: str = 'key = { keyring = "gw" }') -
     claude_settings(home)
     cline_gen_c(home)
     cc_switch_db(home)
-    profile = write_profile(home, url + "/api", key_text=None)
+    profile = write_profile(home, url + "/api", key_text=None, key_delivery="copy")  # copies a rotation reaches
     profile.write_text(profile.read_text().replace('auth = "bearer"', f'{source}\nauth = "bearer"'))
     return profile
 

@@ -52,7 +52,8 @@ def _setup(home: Path, gateway: Gateway, extra: str = "") -> Path:
     claude_settings(home)
     cline_gen_c(home)
     cc_switch_db(home)
-    return write_profile(home, gateway.url, key_text=OLD + "\n", extra=extra)
+    # copies, so that a rotation has files to reach (a reference: tests/sync/test_key_at_rest.py)
+    return write_profile(home, gateway.url, key_text=OLD + "\n", extra=extra, key_delivery="copy")
 
 
 def rotate(home: Path, *args: str, stdin: str = NEW + "\n") -> subprocess.CompletedProcess[str]:
@@ -143,7 +144,7 @@ def test_rejected_key_is_refused_and_nothing_changes(temp_home: Path, gateway: G
 
 def test_unreachable_gateway_refuses_unless_forced(temp_home: Path, gateway: Gateway) -> None:
     claude_settings(temp_home)
-    write_profile(temp_home, "http://127.0.0.1:9/api", key_text=OLD + "\n", tools=("claude_code",))
+    write_profile(temp_home, "http://127.0.0.1:9/api", key_text=OLD + "\n", tools=("claude_code",), key_delivery="copy")
     r = rotate(temp_home, "gw")
     assert r.returncode == 1 and "could not reach" in r.stderr, r.stderr
     assert "(nothing listens on that port)" in r.stderr and "check the channel's base_url and your network" \

@@ -20,7 +20,7 @@ OTHER = "sk-canary-other-9876543210fedcba"
 def test_dry_run_diff_masks_every_key_the_profile_resolves(temp_home: Path, as_json: bool) -> None:
     extra = ('channel = "other"\n\n[channels.other]\nbase_url = "https://other.example.com/v1"\n'
              'protocols = ["openai"]\nkey = { file = "~/.config/conduit/keys/other" }\n')
-    write_profile(temp_home, tools=("claude_code", "cline"), key_text=OWN + "\n", extra=extra)
+    write_profile(temp_home, tools=("claude_code", "cline"), key_text=OWN + "\n", extra=extra, key_delivery="copy")
     keyfile = temp_home / ".config" / "conduit" / "keys" / "other"
     keyfile.write_text(OTHER + "\n")
     keyfile.chmod(0o600)
