@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from conduit.adapters.base import (
     AdapterDefaults,
+    Blocker,
     ClientView,
     Env,
     NotFound,
@@ -56,10 +57,27 @@ from conduit.adapters.formats.jsonfile import as_object, json_target, read_json_
 from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.limits import LimitLedger
 from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
+from conduit.adapters.precedence import Cite, Order, Rule
 from conduit.redact import fingerprint
 
 PROVIDER_ID = "openai-compatible"
 SECRET_KEYS = frozenset({"openAiApiKey", "apiKey"})
+CLI = "npm cline"
+"""The CLI's code ships compiled (``@cline/cli-linux-x64`` ``bin/cline``, its bundled JavaScript read as text)."""
+PROVIDER_ORDER = Order(
+    "provider and model", ("--provider/--model", "providers.json lastUsedProvider (its settings.model)",
+                           "CLINE_PROVIDER / CLINE_MODEL"),
+    Cite(CLI, "bin/cline", "getLastUsedProviderSettings()?.provider ?? process.env.CLINE_PROVIDER (and .model ?? "
+         "CLINE_MODEL)", "3.0.65"),
+    note="the variables only count when providers.json names no provider")
+"""Which provider and model Cline CLI uses, highest first."""
+KEY_ORDER = Order(
+    "key", ("providers.json settings.apiKey", "OPENAI_API_KEY"),
+    Cite(CLI, "bin/cline", "provider catalog: openai-compatible apiKeyEnv [\"OPENAI_API_KEY\"], a fallback for "
+         "settings without apiKey", "3.0.65"),
+    note="OPENAI_BASE_URL likewise yields to settings.baseUrl; Cline CLI reads no project file and no .env")
+"""Where Cline CLI takes the key of its OpenAI-compatible provider, highest first."""
+RULES: tuple[Rule, ...] = (PROVIDER_ORDER, KEY_ORDER)
 
 
 class ClineOptions(BaseModel):
@@ -171,6 +189,7 @@ class Cline(AdapterDefaults):
     one_shot: ClassVar[OneShot | None] = OneShot(("cline",))
     package: ClassVar[Package | None] = Package("npm", "cline", "3.0.65", ("cline",))
     competing: ClassVar[Competing] = Competing(OPENAI_MODEL, OPENAI_KEY, OPENAI_BASE)
+    precedence: ClassVar[tuple[Rule, ...]] = RULES  # the variables yield to providers.json (checked with 3.0.65)
     tool_dirs: ClassVar[Mapping[str, str]] = {"CLINE_DIR": ".cline", "CLINE_DATA_DIR": ".cline/data",
                                               "CLINE_PROVIDER_SETTINGS_PATH": ".cline/data/settings/providers.json",
                                               "CLINE_MCP_SETTINGS_PATH":
@@ -317,6 +336,22 @@ class Cline(AdapterDefaults):
     def client_view(self, env: Env) -> ClientView | None:
         """What Cline's OpenAI client sends, from generation C's providers.json (else generation B's files)."""
         return self._configured(env)
+
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """Generation C: an exported ``CLINE_PROVIDER`` when providers.json names no provider
+        (``PROVIDER_ORDER``), an exported ``OPENAI_API_KEY`` when conduit's provider entry has no ``apiKey``
+        (``KEY_ORDER``); ``[]`` otherwise (what conduit writes outranks both)."""
+        if "C" not in detect_generations(env):
+            return []
+        path = providers_path(env)
+        doc, _ = read_json_quietly(path)
+        mine = ((doc.get("providers") or {}).get(PROVIDER_ID) or {}).get("settings") or {}
+        checks = ((PROVIDER_ORDER, 1, doc.get("lastUsedProvider"), "CLINE_PROVIDER"),
+                  (KEY_ORDER, 0, mine.get("apiKey"), "OPENAI_API_KEY"))
+        return [Blocker("overridden", "shell environment", f"{var} is exported and {path} sets no {rule.what}, "
+                        "so Cline uses the variable", f"run `conduit sync`, or unset {var}")
+                for rule, at, value, var in checks
+                if rule.winner({rule.sources[at]: value, rule.sources[at + 1]: env.get(var)}) == rule.sources[at + 1]]
 
     @staticmethod
     def _configured(env: Env) -> ClientView | None:

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from conduit.adapters.base import (
     AdapterDefaults,
+    Blocker,
     ClientView,
     CreateOptions,
     Env,
@@ -47,15 +48,33 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
+from conduit.adapters.formats.jsonfile import read_json_quietly
 from conduit.adapters.formats.mcpmap import mcp_secret_keys, wanted_entries
 from conduit.adapters.formats.mcpshapes import merge_named_list
 from conduit.adapters.formats.textformats import parse_yaml, yaml_target
 from conduit.adapters.limits import LimitLedger
 from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
+from conduit.adapters.precedence import Cite, Order, Rule
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
 ENTRY_NAME = "conduit"
+CLI = "npm @continuedev/cli"
+CONFIG_ORDER = Order(
+    "config", ("--config", "<continue dir>/config.yaml", "the hub's default config"),
+    Cite(CLI, "src/configLoader.ts", "determineConfigSource: the --config flag, else config.yaml in "
+         "env.continueHome ($CONTINUE_GLOBAL_DIR or ~/.continue)", "1.5.47"),
+    note="no project file: a .continue/config.yaml in the working folder or the repository is not read by cn")
+"""Which config ``cn`` loads, highest first."""
+MODEL_ORDER = Order(
+    "model", ("--model / agent file model", "saved selection (cliSelectedModel)", "first chat model"),
+    Cite(CLI, "src/services/ModelService.ts", "doInitialize: the agent file's model, else getModelName (the "
+         "cliSelectedModel of <continue dir>/index/globalContext.json) when it names a chat model, else getLlmApi "
+         "(src/config.ts): the first model whose roles include chat or are unset", "1.5.47"),
+    note="a saved selection matches a model's name (its model id when it has no name)")
+"""Which model ``cn`` asks for, highest first: conduit's entry is used only when it is selected or is the first
+chat model of the list (checked with 1.5.47)."""
+RULES: tuple[Rule, ...] = (CONFIG_ORDER, MODEL_ORDER)
 
 
 def continue_dir(env: Env) -> Path:
@@ -79,7 +98,9 @@ class Continue(AdapterDefaults):
 
     one_shot: ClassVar[OneShot | None] = OneShot(("cn",), ("-p",))
     package: ClassVar[Package | None] = Package("npm", "@continuedev/cli", "1.5.47", ("cn",))
-    competing: ClassVar[Competing] = Competing(OPENAI_MODEL, OPENAI_KEY, OPENAI_BASE, (".continue/config.yaml",))
+    # cn 1.5.47 reads no project config (CONFIG_ORDER); the variables only fill a model without its own values.
+    competing: ClassVar[Competing] = Competing(OPENAI_MODEL, OPENAI_KEY, OPENAI_BASE)
+    precedence: ClassVar[tuple[Rule, ...]] = RULES
     tool_dirs: ClassVar[Mapping[str, str]] = {"CONTINUE_GLOBAL_DIR": ".continue"}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
@@ -162,6 +183,30 @@ class Continue(AdapterDefaults):
                           str(entry.get("model") or ""), key_files=(path,))
 
 
+    def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
+        """An ``overridden`` blocker when ``cn`` would ask another model than conduit's entry (``MODEL_ORDER``):
+        the saved selection names another chat model, or none is saved (or it names no chat model) and another
+        chat model comes first in config.yaml; ``[]`` otherwise (no conduit entry: that is drift)."""
+        d = continue_dir(env)
+        models, _ = _models(d / "config.yaml")
+        chat = [m for m in models if isinstance(m, dict) and _is_chat(m.get("roles"))]
+        if _entry(models) is None or not chat:
+            return []
+        saved_at = d / "index" / "globalContext.json"
+        saved = read_json_quietly(saved_at)[0].get("cliSelectedModel")
+        picked = next((m for m in chat if (m.get("name") or m.get("model")) == saved), None) if saved else None
+        chosen = picked or chat[0]
+        if chosen.get("name") == ENTRY_NAME:
+            return []
+        other = chosen.get("name") or chosen.get("model")
+        where, why = ((saved_at, f"cn's saved selection (cliSelectedModel) is \"{other}\"") if picked is not None else
+                      (d / "config.yaml", f"\"{other}\" is the first chat model in config.yaml and no saved "
+                       "selection names conduit's entry"))
+        return [Blocker("overridden", str(where), f"{why}, so cn asks for it instead of conduit's \"{ENTRY_NAME}\"",
+                        f"pick \"{ENTRY_NAME}\" with /model in cn (it saves the choice), or move the \"{ENTRY_NAME}\" "
+                        f"entry first in {d / 'config.yaml'}")]
+
+
 def continue_entry(server: McpServer) -> dict[str, Any]:
     """Continue's ``mcpServers`` item: ``{"name", "command", "args", "env", "cwd"}``, or ``{"name", "type":
     "streamable-http"|"sse", "url", "requestOptions": {"headers"}}``; values as they are (the file is 0600: it
@@ -229,6 +274,11 @@ def _models(path: Path) -> tuple[list[Any], str | None]:
         doc, error = {}, str(exc)
     models = doc.get("models")
     return (models if isinstance(models, list) else []), error
+
+
+def _is_chat(roles: Any) -> bool:
+    """A model ``cn`` may chat with: ``roles`` unset, or a list holding ``chat`` (``src/config.ts`` ``getLlmApi``)."""
+    return roles is None or (isinstance(roles, list) and "chat" in roles)
 
 
 def _entry(models: list[Any]) -> dict[str, Any] | None:

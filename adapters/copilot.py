@@ -16,8 +16,9 @@ the loopback gateway (tests/realtools/test_realtools_run.py):
   ``COPILOT_PROVIDER_API_KEY_COMMAND`` take precedence over it (help text), so a session started by conduit
   unsets both.
 - ``COPILOT_MODEL`` sets both the model id and the wire model; ``COPILOT_PROVIDER_MODEL_ID`` and
-  ``COPILOT_PROVIDER_WIRE_MODEL`` default to it and override it (unset for conduit's session); ``--model``
-  outranks it too. A model is required with a custom provider.
+  ``COPILOT_PROVIDER_WIRE_MODEL`` default to it (unset for conduit's session); only the wire model changes the
+  model sent (recorded: ``conduit.adapters.env_precedence``); ``--model`` outranks it too. A model is required
+  with a custom provider.
 - ``COPILOT_PROVIDER_MAX_PROMPT_TOKENS`` / ``COPILOT_PROVIDER_MAX_OUTPUT_TOKENS`` override the CLI's catalog; the
   output limit is sent as ``max_tokens`` (both protocols, recorded).
 - ``COPILOT_HOME`` moves ``~/.copilot`` (its state: sessions, logs, ``config.json``; no gateway setting).
@@ -43,9 +44,11 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
+from conduit.adapters.env_precedence import COPILOT_MODEL_ORDER, COPILOT_RULES
 from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
+from conduit.adapters.precedence import Rule
 from conduit.redact import fingerprint
 
 BINARIES = ("copilot",)
@@ -86,6 +89,7 @@ class Copilot(AdapterDefaults):
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
     fresh_options: ClassVar[Mapping[str, object]] = {}
+    precedence: ClassVar[tuple[Rule, ...]] = COPILOT_RULES  # conduit.adapters.env_precedence
     mcp: ClassVar[McpSupport | None] = McpSupport(
         file="~/.copilot/mcp-config.json", key=("mcpServers",), format="json",
         transports=frozenset({"stdio", "http", "sse"}), list_argv=("copilot", "mcp", "list"),
@@ -131,10 +135,13 @@ class Copilot(AdapterDefaults):
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
         """Each provider variable exported in the shell with another value than the profile's session (a
-        ``copilot`` started from this shell uses it); none after ``eval "$(conduit env copilot --show-key)"``."""
+        ``copilot`` started from this shell uses it); none after ``eval "$(conduit env copilot --show-key)"``. Of
+        the model variables only those of ``COPILOT_MODEL_ORDER`` count: ``COPILOT_PROVIDER_MODEL_ID`` does not
+        change the model sent."""
         wanted = self.run_env(settings, env)
         out: list[Blocker] = []
-        for var in dict.fromkeys((*self.competing.base, *self.competing.key, *self.competing.model,
+        model_vars = [v for v in COPILOT_MODEL_ORDER.sources if v.startswith("COPILOT_")]
+        for var in dict.fromkeys((*self.competing.base, *self.competing.key, *model_vars,
                                   PROMPT_TOKENS_VAR, OUTPUT_TOKENS_VAR)):
             have = env.get(var)
             if have is None or have == wanted.get(var):

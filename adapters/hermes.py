@@ -55,12 +55,14 @@ from conduit.adapters.declarations import (
     Package,
     read_env_quietly,
 )
+from conduit.adapters.env_precedence import HERMES_MODEL_ORDER, HERMES_RULES, exported_over
 from conduit.adapters.formats.mcpmap import mcp_secret_keys, merge_server_map, wanted_entries
 from conduit.adapters.formats.mcpshapes import needs_private, referenced
 from conduit.adapters.formats.textformats import dotenv_target, parse_yaml, read_parsed, yaml_target
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import LimitLedger
 from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
+from conduit.adapters.precedence import Rule
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -100,6 +102,7 @@ class Hermes(AdapterDefaults):
     one_shot: ClassVar[OneShot | None] = OneShot(BINARIES, ("-z",), timeout_s=150.0)
     package: ClassVar[Package | None] = Package("pypi", "hermes-agent[anthropic]", "0.19.0", BINARIES)
     competing: ClassVar[Competing] = Competing(("HERMES_INFERENCE_MODEL",))
+    precedence: ClassVar[tuple[Rule, ...]] = HERMES_RULES  # conduit.adapters.env_precedence
     tool_dirs: ClassVar[Mapping[str, str]] = {"HERMES_HOME": ".hermes"}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
@@ -185,8 +188,11 @@ class Hermes(AdapterDefaults):
         return ToolFacts.of_file(path, error, owned, installed_version(BINARIES), effective)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
-        """``HERMES_INFERENCE_MODEL`` exported: one-shot runs use it instead of ``model.default``."""
-        return self.competing.blockers(env.environ, env.cwd)
+        """``HERMES_INFERENCE_MODEL`` exported with another model: one-shot runs use it instead of
+        ``model.default`` (``HERMES_MODEL_ORDER``). An exported key never wins over ``~/.hermes/.env``, and
+        ``HERMES_INFERENCE_PROVIDER`` never over ``model.provider`` (``HERMES_RULES``)."""
+        found = exported_over(HERMES_MODEL_ORDER, env.environ, "model.default", settings.model)
+        return [found] if found is not None else []
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Hermes sends for ``model.provider = "custom:<name>"``: that provider's ``base_url``, the key from

@@ -58,12 +58,14 @@ from conduit.adapters.declarations import (
     OneShot,
     Package,
 )
+from conduit.adapters.env_precedence import KIMI_BASE_ORDER, KIMI_KEY_ORDER, KIMI_RULES, exported_over
 from conduit.adapters.formats.mcpmap import mcp_json_targets
 from conduit.adapters.formats.textformats import read_parsed, toml_data, toml_target
 from conduit.adapters.formats.tomltables import set_root
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.mcp import McpServer, McpSupport, standard_entry
+from conduit.adapters.precedence import Rule
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -111,6 +113,7 @@ class Kimi(AdapterDefaults):
                                                  timeout_s=120.0)
     package: ClassVar[Package | None] = Package("pypi", "kimi-cli", "1.51.0", BINARIES, recipe="py313")
     competing: ClassVar[Competing] = Competing((), ("OPENAI_API_KEY",), ("OPENAI_BASE_URL",))
+    precedence: ClassVar[tuple[Rule, ...]] = KIMI_RULES  # conduit.adapters.env_precedence
     tool_dirs: ClassVar[Mapping[str, str]] = {"KIMI_SHARE_DIR": ".kimi"}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
@@ -174,8 +177,12 @@ class Kimi(AdapterDefaults):
         return ToolFacts.of_file(path, error, owned, installed_version(BINARIES), effective)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
-        """``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` exported: they replace conduit's provider values."""
-        return self.competing.blockers(env.environ, env.cwd)
+        """``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` exported with another value than conduit's: they replace an
+        ``openai_legacy`` provider's values (``KIMI_KEY_ORDER``, ``KIMI_BASE_ORDER``); ``KIMI_*`` never do."""
+        found = (exported_over(KIMI_KEY_ORDER, env.environ, "providers.<name>.api_key", settings.key_or_placeholder,
+                               secret=True),
+                 exported_over(KIMI_BASE_ORDER, env.environ, "providers.<name>.base_url", settings.root.openai_base()))
+        return [b for b in found if b is not None]
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Kimi sends for ``default_model``: its provider's ``base_url`` and ``api_key`` (replaced by the

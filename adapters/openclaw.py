@@ -58,6 +58,7 @@ from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import LimitLedger
 from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
 from conduit.adapters.opencode import key_file
+from conduit.adapters.precedence import Cite, Order, Rule
 
 PROVIDER_ID = "conduit"
 SECRET_PROVIDER = "conduit"
@@ -67,6 +68,29 @@ CONFIG_NAMES = ("openclaw.json", "clawdbot.json")
 STATE_DIRS = (".openclaw", ".clawdbot")
 LIMIT_KEYS = {"contextWindow": "context_window", "maxTokens": "max_output_tokens"}
 """A model entry's limit key -> the ``ToolSettings`` attribute it is written from."""
+PACKAGE = "npm openclaw"
+GATEWAY_ORDER = Order(
+    "key and base URL", ("openclaw.json models.providers.<id> (apiKey SecretRef, baseUrl)", "process environment",
+                         "working folder .env", "$OPENCLAW_STATE_DIR/.env", "config env block"),
+    Cite(PACKAGE, "docs/help/environment.md", "Precedence (highest to lowest); Provider credentials and workspace "
+         ".env", "2026.9.6"),
+    note="the environment only fills ${VAR} strings and env SecretRefs: an exported OPENAI_API_KEY/OPENAI_BASE_URL "
+         "does not replace a provider's own apiKey/baseUrl, and a working folder .env never sets credentials or "
+         "*_BASE_URL; OpenClaw reads no project config")
+"""What decides the key and base URL OpenClaw sends for conduit's provider, highest first."""
+MODEL_ORDER = Order(
+    "model", ("--model", "the running agent's agents.entries.<id>.model", "agents.defaults.model"),
+    Cite(PACKAGE, "dist/agent-scope-config-*.mjs", "src/agents/agent-scope-config.ts resolveDefaultAgentId: the "
+         "one entry marked default, else the sole configured agent; its own model over agents.defaults",
+         "2026.9.6"),
+    note="with several agents and none marked default, the agent is chosen per run (--agent)")
+"""Which model an OpenClaw run asks for, highest first."""
+BASE_ORDER = Order(
+    "base URL", ("an agent's generated models.json baseUrl", "openclaw.json baseUrl"),
+    Cite(PACKAGE, "dist/ (src/agents/models-config.merge.ts)", "shouldPreserveExistingBaseUrl: kept when both "
+         "name the same api", "2026.9.6"))
+"""An agent's generated catalog above the config for a provider's base URL."""
+RULES: tuple[Rule, ...] = (GATEWAY_ORDER, MODEL_ORDER, BASE_ORDER)
 
 
 def openclaw_home(env: Env) -> Path:
@@ -127,6 +151,7 @@ class OpenClaw(AdapterDefaults):
                                                  opt_outs={"OPENCLAW_NO_AUTO_UPDATE": "1", "OPENCLAW_OFFLINE": "1"})
     package: ClassVar[Package | None] = Package("npm", "openclaw", "2026.9.6", BINARIES, recipe="node24")
     competing: ClassVar[Competing] = Competing()
+    precedence: ClassVar[tuple[Rule, ...]] = RULES
     tool_dirs: ClassVar[Mapping[str, str]] = {"OPENCLAW_HOME": ".", "OPENCLAW_STATE_DIR": ".openclaw",
                                               "OPENCLAW_CONFIG_PATH": ".openclaw/openclaw.json"}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
@@ -204,13 +229,15 @@ class OpenClaw(AdapterDefaults):
         return ClientView(str(provider["baseUrl"]), key, model, endpoint, key_files)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
-        """Sources that win over ``openclaw.json``: an agent entry with its own model, and an agent's generated
-        ``models.json`` keeping another ``baseUrl`` for conduit's provider."""
+        """Sources that win over ``openclaw.json``: the running agent's own model (``MODEL_ORDER``: the agent
+        marked default or the sole one; every agent with its own model when several could run), and an agent's
+        generated ``models.json`` keeping another ``baseUrl`` for conduit's provider (``BASE_ORDER``). Exported
+        variables and ``.env`` files never outrank the provider conduit writes (``GATEWAY_ORDER``)."""
         path = config_file(env)
         doc, _ = _read(path)
         ref = f"{PROVIDER_ID}/{settings.model}"
         out: list[Blocker] = []
-        entries = _dig(doc, "agents", "entries")
+        entries = running_agents(_dig(doc, "agents", "entries"))
         for agent, entry in entries.items():
             model = entry.get("model") if isinstance(entry, dict) else None
             own = model.get("primary") if isinstance(model, dict) else model
@@ -229,6 +256,13 @@ class OpenClaw(AdapterDefaults):
                                    f"delete the \"{PROVIDER_ID}\" entry from {models_json} (OpenClaw rebuilds it "
                                    "from openclaw.json)"))
         return out
+
+
+def running_agents(entries: dict[str, Any]) -> dict[str, Any]:
+    """The ``agents.entries`` a run without ``--agent`` may use (``MODEL_ORDER``): the one marked ``default:
+    true``, else the sole entry, else all of them (OpenClaw then asks which)."""
+    marked = {k: v for k, v in entries.items() if isinstance(v, dict) and v.get("default") is True}
+    return marked if len(marked) == 1 else entries
 
 
 def openclaw_entry(server: McpServer) -> dict[str, Any]:
@@ -322,4 +356,4 @@ def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     return read_parsed(path, parse_jsonc)
 
 
-__all__ = ["OpenClaw", "config_file", "openclaw_home", "state_dir"]
+__all__ = ["OpenClaw", "config_file", "openclaw_home", "running_agents", "state_dir"]

@@ -60,6 +60,7 @@ from conduit.adapters.formats.jsonfile import json_target, read_json_quietly
 from conduit.adapters.formats.textformats import plain_target, read_parsed
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import LimitLedger
+from conduit.adapters.precedence import Cite, Order, ProjectScope, Rule
 from conduit.errors import ToolFileError
 
 PROVIDER_ID = "conduit"
@@ -70,6 +71,24 @@ LIMIT_KEYS = ("contextWindow", "maxTokens")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 _STRING_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*')
 _STRING_OR_COMMA = re.compile(r'"(?:\\.|[^"\\])*"|,(\s*[}\]])')
+PACKAGE = "npm @mariozechner/pi-coding-agent"
+PROJECT_SCOPE = ProjectScope(
+    (".pi/settings.json",), "cwd",
+    Cite(PACKAGE, "dist/core/settings-manager.js", "FileSettingsStorage: join(cwd, CONFIG_DIR_NAME, \"settings.json\"); "
+         "deepMergeSettings(global, project)", "0.73.1"))
+"""The project settings Pi merges over ``settings.json``: ``.pi/settings.json`` in the working folder only (one at
+the repository root is not read from a subfolder: checked with 0.73.1). No folder trust."""
+MODEL_ORDER = Order(
+    "model", ("--provider/--model", "enabledModels", "defaultProvider + defaultModel"),
+    Cite(PACKAGE, "dist/core/model-resolver.js", "findInitialModel (scoped models from dist/main.js)", "0.73.1"),
+    note="the merged settings (project over global); enabledModels decides unless the saved default is one of them")
+"""Which model Pi starts on, highest first."""
+KEY_ORDER = Order(
+    "key", ("auth.json credential", "models.json apiKey"),
+    Cite(PACKAGE, "dist/core/model-registry.js", "getApiKeyAndHeaders: authStorage.getApiKey before the provider's "
+         "apiKey", "0.73.1"),
+    note="a custom provider reads no OPENAI_* variable (an exported OPENAI_API_KEY/OPENAI_BASE_URL is ignored)")
+"""Where Pi takes the key of a custom provider, highest first."""
 
 
 class PiOptions(CreateOptions):
@@ -153,6 +172,7 @@ class Pi(AdapterDefaults):
     package: ClassVar[Package | None] = Package("npm", "@mariozechner/pi-coding-agent", "0.73.1", BINARIES)
     # A custom provider reads no OPENAI_* variable; the project settings file may pick another model.
     competing: ClassVar[Competing] = Competing(files=(".pi/settings.json",))
+    precedence: ClassVar[tuple[Rule, ...]] = (PROJECT_SCOPE, MODEL_ORDER, KEY_ORDER)
     tool_dirs: ClassVar[Mapping[str, str]] = {DIR_VAR: ".pi/agent"}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
@@ -216,8 +236,9 @@ class Pi(AdapterDefaults):
         return ClientView(str(provider["baseUrl"]), key, model, endpoint, key_files)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
-        """A stored ``auth.json`` credential for the provider, a project ``.pi/settings.json`` that picks another
-        model, and ``enabledModels`` (global or project) that leave conduit's model out."""
+        """A stored ``auth.json`` credential for the provider (``KEY_ORDER``), the project ``.pi/settings.json``
+        Pi applies (``PROJECT_SCOPE``: the working folder's) when it picks another model, and ``enabledModels``
+        (global or project) that leave conduit's model out (``MODEL_ORDER``)."""
         d = agent_dir(env)
         out: list[Blocker] = []
         auth, _ = read_json_quietly(d / "auth.json")
@@ -225,9 +246,8 @@ class Pi(AdapterDefaults):
             out.append(Blocker("overridden", str(d / "auth.json"),
                                f"a stored credential for \"{PROVIDER_ID}\" outranks the apiKey in models.json",
                                f"remove the \"{PROVIDER_ID}\" entry from {d / 'auth.json'} (or /logout in Pi)"))
-        project = env.cwd / ".pi" / "settings.json"
         layers = [(d / "settings.json", read_json_quietly(d / "settings.json")[0])]
-        if project.is_file() and project != d / "settings.json":
+        for project in PROJECT_SCOPE.applied(env.cwd, env.environ, skip=d / "settings.json"):
             pdoc, _ = read_json_quietly(project)
             layers.append((project, pdoc))
             for k, value in (("defaultProvider", PROVIDER_ID), ("defaultModel", settings.model)):

@@ -20,15 +20,20 @@ from typing import Literal, TypeAlias
 
 from conduit.adapters.declarations import git_root
 
-Search = Literal["cwd", "root_to_cwd", "root_and_cwd"]
+Search = Literal["cwd", "root_to_cwd", "root_and_cwd", "cwd_up"]
 """The folders a tool searches for a project file: ``cwd`` the working folder only; ``root_to_cwd`` every folder
 from the project root down to the working folder (the nearer file wins); ``root_and_cwd`` the project root and the
-working folder only (the working folder's wins)."""
+working folder only (the working folder's wins); ``cwd_up`` the working folder and every folder above it, git or
+not, up to (not into) the home folder, or to ``/`` outside it, where only the nearest file found applies (Qwen
+Code's project ``.env``, Mistral Vibe's ``.vibe/config.toml``)."""
+TrustAt = Literal["cwd", "file"]
+"""Which folder a ``trusted`` scope's trust is asked about: the working folder (Codex, Qwen Code), or the folder
+holding the file found (Mistral Vibe: a file found above a trusted working folder needs its own folder trusted)."""
 OutsideGit = Literal["cwd", "filesystem_root"]
 """The project root of a working folder outside any git repository: the folder itself, or ``/`` (the tool then
 searches every folder above)."""
 
-__all__ = ["Cite", "Order", "OutsideGit", "ProjectScope", "Rule", "Search", "project_root"]
+__all__ = ["Cite", "Order", "OutsideGit", "ProjectScope", "Rule", "Search", "TrustAt", "project_root"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class ProjectScope:
             the project is trusted.
         disabled_by: exported variables that turn every project file off when set (OpenCode's
             ``OPENCODE_DISABLE_PROJECT_CONFIG``).
+        trust_at: the folder the ``trust`` callback is asked about (``TrustAt``).
     """
 
     files: tuple[str, ...]
@@ -76,31 +82,44 @@ class ProjectScope:
     outside_git: OutsideGit = "cwd"
     trusted: bool = False
     disabled_by: tuple[str, ...] = ()
+    trust_at: TrustAt = "cwd"
 
-    def folders(self, cwd: Path) -> list[Path]:
-        """The folders searched from ``cwd``, lowest precedence first (the project root first, ``cwd`` last)."""
+    def folders(self, cwd: Path, home: Path | None = None) -> list[Path]:
+        """The folders searched from ``cwd``, lowest precedence first (the project root first, ``cwd`` last);
+        ``home`` ends a ``cwd_up`` search (None: it goes up to ``/``)."""
         if self.search == "cwd":
             return [cwd]
+        if self.search == "cwd_up":
+            chain = [cwd, *cwd.parents]
+            return list(reversed(chain[:chain.index(home)] if home in chain else chain))
         root = project_root(cwd, self.outside_git)
         if self.search == "root_and_cwd":
             return list(dict.fromkeys([root, cwd]))
         chain = [cwd, *cwd.parents]
         return list(reversed(chain[:chain.index(root) + 1])) if root in chain else [cwd]
 
-    def candidates(self, cwd: Path) -> list[Path]:
+    def candidates(self, cwd: Path, home: Path | None = None) -> list[Path]:
         """Every path the tool looks at from ``cwd``, lowest precedence first, present or not."""
-        return [folder / rel for folder in self.folders(cwd) for rel in self.files]
+        return [folder / rel for folder in self.folders(cwd, home) for rel in self.files]
 
-    def applied(self, cwd: Path, environ: Mapping[str, str],
-                trust: Callable[[Path], bool] | None = None, skip: Path | None = None) -> list[Path]:
+    def applied(self, cwd: Path, environ: Mapping[str, str], trust: Callable[[Path], bool] | None = None,
+                skip: Path | None = None, home: Path | None = None) -> list[Path]:
         """The project files the tool applies from ``cwd``, lowest precedence first: present, not turned off by
-        ``disabled_by`` in ``environ``, and (``trusted`` scopes) in a project ``trust(cwd)`` accepts; ``skip``
-        (the user file itself, when ``cwd`` is HOME) is left out."""
+        ``disabled_by`` in ``environ``, and (``trusted`` scopes) in a project ``trust`` accepts (asked about
+        ``cwd``, or the folder searched where the file was found: ``trust_at``); ``skip`` (the user file itself,
+        when ``cwd`` is HOME) is left out; a ``cwd_up`` search keeps the nearest file only and stops at
+        ``home``."""
         if any((environ.get(v) or "").strip() for v in self.disabled_by):
             return []
-        if self.trusted and (trust is None or not trust(cwd)):
+        if self.trusted and self.trust_at == "cwd" and (trust is None or not trust(cwd)):
             return []
-        return [p for p in self.candidates(cwd) if p.is_file() and (skip is None or not _same(p, skip))]
+        found = [(folder, folder / rel) for folder in self.folders(cwd, home) for rel in self.files
+                 if (folder / rel).is_file() and (skip is None or not _same(folder / rel, skip))]
+        if self.search == "cwd_up":
+            found = found[-1:]
+        if self.trusted and self.trust_at == "file":
+            found = [(f, p) for f, p in found if trust is not None and trust(f)]
+        return [p for _, p in found]
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ Proven with the binary: docs/formats/vibe.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -72,6 +73,8 @@ from conduit.adapters.formats.tomltables import aot_entry, set_root
 from conduit.adapters.formats.versions import installed_version
 from conduit.adapters.limits import ABSENT, LimitLedger
 from conduit.adapters.mcp import McpLedger, McpServer, McpSupport
+from conduit.adapters.precedence import Rule
+from conduit.adapters.vibe_precedence import RULES, project_blockers
 from conduit.errors import ToolFileError
 from conduit.redact import fingerprint
 
@@ -117,6 +120,7 @@ class Vibe(AdapterDefaults):
     package: ClassVar[Package | None] = Package("pypi", "mistral-vibe", "3.0.3", BINARIES, recipe="vibe_nodeps")
     competing: ClassVar[Competing] = Competing(("VIBE_ACTIVE_MODEL", "VIBE_MODELS"), (KEY_VAR,), ("VIBE_PROVIDERS",),
                                                (".vibe/config.toml",), (".vibe/config.toml",))
+    precedence: ClassVar[tuple[Rule, ...]] = RULES  # conduit.adapters.vibe_precedence
     tool_dirs: ClassVar[Mapping[str, str]] = {"VIBE_HOME": ".vibe"}
     base_forms: ClassVar[tuple[str, ...]] = OPENAI_FORMS
     model_routes: ClassVar[tuple[str, ...]] = OPENAI_ROUTES
@@ -198,9 +202,11 @@ class Vibe(AdapterDefaults):
         return ToolFacts.of_file(path, error, owned, installed_version(BINARIES), effective)
 
     def outranks(self, settings: ToolSettings, env: Env) -> list[Blocker]:
-        """An exported ``VIBE_ACTIVE_MODEL``/``VIBE_MODELS``/``VIBE_PROVIDERS`` or ``CONDUIT_API_KEY``, and a
-        project ``.vibe/config.toml`` (it ranks above the user file in a trusted folder)."""
-        return self.competing.blockers(env.environ, env.cwd)
+        """An exported ``VIBE_ACTIVE_MODEL``/``VIBE_MODELS``/``VIBE_PROVIDERS`` or ``CONDUIT_API_KEY``, and the
+        project ``.vibe/config.toml`` Vibe applies (``conduit.adapters.vibe_precedence``: the nearest from the
+        working folder up, only in a trusted folder, only when it sets a gateway value)."""
+        out = dataclasses.replace(self.competing, files=()).blockers(env.environ, env.cwd)
+        return out + project_blockers(env, vibe_home(env))
 
     def client_view(self, env: Env) -> ClientView | None:
         """What Vibe sends for ``active_model``: the model's ``name`` to its provider's ``api_base`` with the key

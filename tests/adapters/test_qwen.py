@@ -106,8 +106,8 @@ def test_outranks(temp_home: Path, tmp_path: Path) -> None:
     (project / ".env").write_text("CONDUIT_API_KEY=sk-project\n")
     (project / ".qwen" / "settings.json").write_text('{"model": {"name": "gpt-4o"}, "modelProviders": {"openai": []}}')
     found = Qwen().outranks(settings, _env(temp_home, project))
-    assert [b.source for b in found] == [str(project / ".env"), str(project / ".qwen" / "settings.json"),
-                                         str(project / ".qwen" / "settings.json")]
+    # the list replaces conduit's; model.name alone counts only where an entry offers it (qwen_precedence)
+    assert [b.source for b in found] == [str(project / ".env"), str(project / ".qwen" / "settings.json")]
     assert "sk-project" not in repr(found)
     shell = Qwen().outranks(settings, _env(temp_home, project, CONDUIT_API_KEY="sk-shell"))
     assert shell[0].source == "shell environment" and "sk-shell" not in repr(shell)

