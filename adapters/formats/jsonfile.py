@@ -222,16 +222,24 @@ def read_json_quietly(path: Path) -> tuple[dict[str, Any], str | None]:
     Returns:
         (the object, None); ({}, None) when the file is missing; ({}, message) when it cannot be read or parsed.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return {}, f"cannot read {path}: {exc}"
+    text, problem = read_text_quietly(path)
+    if text is None:
+        return {}, problem
     try:
         return parse_json_object(text, path=path), None
     except ToolFileError as exc:
         return {}, exc.message
+
+
+def read_text_quietly(path: Path) -> tuple[str | None, str | None]:
+    """A tool file's text for reporting: ``(text, None)``; ``(None, None)`` when it is missing; ``(None, message)``
+    when it cannot be read (a directory, no permission, not UTF-8). Never raises."""
+    try:
+        return path.read_text(encoding="utf-8"), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read {path}: {exc}"
 
 
 def as_object(value: Any, *, where: str = "") -> dict[str, Any]:

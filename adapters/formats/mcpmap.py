@@ -22,7 +22,7 @@ import tomlkit.items
 
 from conduit.adapters.base import TextTarget
 from conduit.adapters.formats.jsonc import parse_jsonc
-from conduit.adapters.formats.jsonfile import as_object, json_target, parse_json_object
+from conduit.adapters.formats.jsonfile import as_object, json_target, parse_json_object, read_text_quietly
 from conduit.adapters.formats.textformats import parse_toml, parse_yaml
 from conduit.adapters.mcp import ABSENT, McpLedger, McpServer, McpSupport, standard_entry
 from conduit.errors import ToolFileError
@@ -209,12 +209,9 @@ def merge_toml_servers(doc: tomlkit.TOMLDocument, key: str, wanted: Mapping[str,
 def read_servers(path: Path, support: McpSupport) -> tuple[dict[str, Any], str | None]:
     """The server map at ``support.key`` of ``path`` as plain data, and None; ``({}, None)`` when the file or the
     map is missing; ``({}, message)`` when the file cannot be read or parsed. Never raises."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return {}, f"cannot read {path}: {exc}"
+    text, problem = read_text_quietly(path)
+    if text is None:
+        return {}, problem
     parse: dict[str, Callable[..., Any]] = {"json": parse_json_object, "jsonc": parse_jsonc,
                                             "toml": lambda t, path: parse_toml(t, path=path).unwrap(),
                                             "yaml": parse_yaml}

@@ -12,7 +12,8 @@ closed; written meanwhile (size or mtime moved), its new bytes are the other pro
 are whole (not blank, they parse) they go back in place of conduit's file, provided that file is still exactly
 what conduit put there. The daemon then sees the change like any other save by a tool and merges its own keys
 into it again. A save into the displaced file that never becomes whole within ``MAX_WAIT_S`` is dropped with a
-notice, as is one whose path another program has saved since (the newer save wins).
+notice, as is one whose path another program has saved since (the newer save wins). conduit writing the same
+path again meanwhile is not such a save: the held file then answers for conduit's newest file.
 
 One registry per process (``LATE_SAVES``), off until a long-running process that checks it turns it on
 (``enable``: the sync daemon); a one-shot command holds nothing. The daemon's loop thread writes and checks; the
@@ -87,7 +88,13 @@ class LateSaves:
         except OSError:
             os.close(fd)
             return
+        merged_from = _key(seen.st)
         with self._lock:
+            for h in self._held:
+                if h.real == real and h.ours == merged_from:
+                    # conduit wrote the same path again within the grace, over its own file: a late save held
+                    # from an earlier swap still goes back, in place of conduit's newest file
+                    h.ours = ours
             self._held.append(_Displaced(fd, real, (seen.st.st_size, seen.st.st_mtime_ns), ours,
                                          time.monotonic()))
 

@@ -20,7 +20,8 @@ from conduit.daemon.config import paths
 from conduit.daemon.config.profile import load_profile
 from conduit.errors import ConduitError
 
-commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
+commands = typer.Typer(suggest_commands=False)  # loaded lazily by the root app (cli.commands.COMMANDS); click
+# itself says "Did you mean" for a mistyped subcommand, and typer's own suggestion (inherited by sub-apps) repeats it
 
 UNITS = ("conduit-sync.service", "conduit-agent.service")
 TEMPLATE_EXEC = "ExecStart=/usr/bin/env conduit "

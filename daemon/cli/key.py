@@ -23,7 +23,8 @@ from conduit.daemon.config.secrets import key_list, key_rm, key_set, looks_like_
 from conduit.errors import BadArguments, KeyError_
 from conduit.fileio import KEY_MAX_BYTES
 
-commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
+commands = typer.Typer(suggest_commands=False)  # loaded lazily by the root app (cli.commands.COMMANDS); click
+# itself says "Did you mean" for a mistyped subcommand, and typer's own suggestion (inherited by sub-apps) repeats it
 
 key_app = typer.Typer(
     name="key",

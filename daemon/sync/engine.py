@@ -28,6 +28,7 @@ from typing import Literal
 
 from conduit.adapters.base import (
     FROM_CONDUIT,
+    Adapter,
     Env,
     NotFound,
     TakeCurrent,
@@ -314,8 +315,19 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
     remember_limits(settings, report.results, dry_run=writer.dry_run)  # who owns each limit value now
     remember_mcp(settings, report.results, dry_run=writer.dry_run)  # ... and each MCP server entry
     if report.status == "changed":
-        report.restart_hint = adapter.restart_hint
+        report.restart_hint = _restart_hint(adapter, report.results, env)
     return report
+
+
+def _restart_hint(adapter: Adapter, results: list[WriteResult], env: Env) -> str | None:
+    """The adapter's restart hint, or the MCP one when the only file changed is the tool's MCP file (Claude
+    Code's hint speaks of its ``env``, which an MCP-only change leaves alone)."""
+    if adapter.restart_hint is None:
+        return None
+    mcp = adapter.mcp_path(env)
+    if mcp is not None and all(r.path == mcp for r in results if r.changed):
+        return f"restart running {adapter.display_name} sessions to load the changed MCP servers"
+    return adapter.restart_hint
 
 
 def absent_line(name: str, message: str, env: Env) -> str:

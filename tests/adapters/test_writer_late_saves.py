@@ -101,6 +101,27 @@ def test_a_late_in_place_save_is_put_back(temp_home: Path, settings: Path, regis
     assert not [p.name for p in settings.parent.iterdir() if p.name != "settings.json"]
 
 
+def test_a_late_save_survives_conduit_writing_the_file_again_within_the_grace(
+        temp_home: Path, settings: Path, registry: LateSaves) -> None:
+    """conduit's second write displaces its own first file; the person's late save, held from the first swap,
+    still goes back (it was dropped as "after a newer save" although the newer save was conduit's)."""
+    saver = _start_saver(settings, temp_home, 5)
+    _conduit_write(settings, temp_home)
+    _go(saver, "done")
+    assert saver.wait(10) == 0
+
+    def again(doc: dict[str, Any]) -> dict[str, Any]:
+        doc.setdefault("env", {})["ANTHROPIC_MODEL"] = "m-conduit-2"
+        return doc
+
+    second = Writer(BackupStore(temp_home / "backups")).apply("claude_code", json_target(settings, again,
+                                                                                          secret_keys=()))
+    assert second.error is None and second.changed
+    lines = registry.check(now=registry_due(registry))
+    assert [line for line in lines if "back in place" in line], lines
+    assert json.loads(settings.read_text()) == {"owner": "other", "n": 5}
+
+
 def test_without_the_registry_the_save_is_lost(temp_home: Path, settings: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     off = LateSaves()  # not enabled: what a one-shot command does

@@ -152,3 +152,11 @@ def test_root_option_reaches_a_lazy_command(temp_home: Path) -> None:
     other = write_profile(temp_home, tools=("claude_code",)).rename(temp_home / "other.toml")
     r, _ = run_imports(temp_home, "--profile", str(other), "doctor", "--json")
     assert json.loads(r.stdout)["profile"]["path"] == str(other), r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv", [("vllm", "statsu"), ("key", "lst"), ("mcp", "lst"), ("service", "instal")])
+def test_a_mistyped_subcommand_is_suggested_once(temp_home: Path, argv: tuple[str, ...]) -> None:
+    """click suggests the subcommand itself; typer's own suggestion, inherited by the sub-apps, said it again."""
+    r, _ = run_imports(temp_home, *argv)
+    assert r.returncode != 0
+    assert r.stderr.count("Did you mean") == 1, r.stderr

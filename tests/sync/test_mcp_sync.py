@@ -166,3 +166,15 @@ def test_token_in_no_report_or_state_file_and_file_is_private(home: Path) -> Non
     assert TOKEN not in _files(home)["codex"].read_text()  # bearer_token_env_var instead
     dry = run_sync(home, dry_run=True)
     assert TOKEN not in json.dumps([[r.diff for r in t.results] for t in dry.tools])
+
+
+def test_an_mcp_only_change_gives_the_mcp_restart_hint(home: Path) -> None:
+    """Claude Code's usual hint speaks of its ``env`` (settings.json); a change to its MCP file only names MCP."""
+    _profile(home, "[mcp]\n")
+    first = _sync_ok(home)
+    claude = next(t for t in first.tools if t.tool == "claude_code")
+    assert claude.status == "changed" and "env" in (claude.restart_hint or "")
+    _profile(home, SERVERS)
+    claude = next(t for t in _sync_ok(home).tools if t.tool == "claude_code")
+    assert claude.status == "changed" and [r.path.name for r in claude.results if r.changed] == [".claude.json"]
+    assert claude.restart_hint == "restart running Claude Code sessions to load the changed MCP servers"
