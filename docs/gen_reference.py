@@ -291,7 +291,9 @@ def profile_page() -> str:
     sections: list[tuple[str, str, type[BaseModel], dict[str, str]]] = [
         ("top-level keys", "top-level", Profile,
          {"vllm": vllm_link, "channels": "one `[channels.<name>]` table per gateway (below)",
-          "tools": "one `[tools.<name>]` table per tool to sync (below)", "fallback": "the `[fallback]` table (below)"}),
+          "tools": "one `[tools.<name>]` table per tool to sync (below)", "fallback": "the `[fallback]` table (below)",
+          "engines": "`[engines.NAME]` tables: engines you run, observed beside `[vllm]` (see [Engines you run "
+                     "yourself](../engines.md#several-engines-side-by-side))"}),
         ("[channels.&lt;name&gt;]", "channels", Channel, {}),
         ("key = { ... }: key sources", "key-sources", KeySource, {}),
         ("[tools.&lt;name&gt;]", "tools", ToolConfig, {}),

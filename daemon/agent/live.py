@@ -30,6 +30,7 @@ def live_report(profile_path: str | Path | None = None, *, socket_path: Path | N
     Returns:
         ``{"source": "agent" | "direct", "channels": {name: {"healthy", "verdict", "protocols": {...}}},
         "gpus": {"gpus": [...], "reason"}, "host": {...}, "vllm": {...}, "prefix_cache": {...} | None,
+        "kv_tier": the metrics' ``kv_tier`` (``conduit.daemon.vllm.kvview``) | None,
         "tool_calls": {"checks", "problems", "ok"} (with ``deep`` only), "problems": [str], "ok": bool}``.
         Keys appear only as fingerprints.
     """
@@ -38,6 +39,7 @@ def live_report(profile_path: str | Path | None = None, *, socket_path: Path | N
     except AgentUnreachable:
         report = _direct(profile_path)
     report["prefix_cache"] = _prefix_cache(report.get("vllm") or {})
+    report["kv_tier"] = ((report.get("vllm") or {}).get("metrics") or {}).get("kv_tier")
     report["problems"] = _problems(report)
     if deep:
         from conduit.daemon.agent.toolcall import tool_call_report

@@ -24,13 +24,14 @@ import json
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from conduit.daemon.agent.cluster import ClusterKeeper, follow_cluster, serves_api
+from conduit.daemon.agent.engines import EngineSet, EnginesRead, engine_route, read_engines
 from conduit.daemon.agent.gpu import GpuHistory, GpuProbe, GpuReport, HostSnapshot, host_snapshot, report_json
 from conduit.daemon.agent.models import Channels, Gpus, HostNote, HostSample, ToolsBody
 from conduit.daemon.agent.prober import Prober, ProbeTarget, targets_for
@@ -68,6 +69,7 @@ class ProfileView:
         vllm: the ``[vllm]`` settings ready to launch with, None without a table, or the ``ConduitError`` met
             reading ``[vllm].api_key``'s key source.
         route: the ``[fallback]`` plan (``conduit.daemon.agent.routing.RoutePlan``), or None without the table.
+        engines: the ``[engines.NAME]`` tables (``conduit.daemon.agent.engines.read_engines``).
     """
 
     targets: list[ProbeTarget]
@@ -76,6 +78,7 @@ class ProfileView:
     valid: bool
     vllm: VllmSettings | ConduitError | None = None
     route: RoutePlan | None = None
+    engines: EnginesRead = field(default_factory=EnginesRead)
 
     def secrets(self) -> list[str]:
         """Every key this read resolved: the channels' keys and ``[vllm].api_key`` (for the agent's Redactor)."""
@@ -106,7 +109,9 @@ def read_profile(path: str | None) -> ProfileView:
         vllm = vllm_settings(loaded)
     except ConduitError as exc:
         vllm = exc
-    return ProfileView(targets, problems, None, valid=True, vllm=vllm, route=plan_for(loaded, profile_key(path)))
+    engines = read_engines(loaded)
+    return ProfileView(targets, problems, None, valid=True, vllm=vllm,
+                       route=engine_route(plan_for(loaded, profile_key(path)), engines), engines=engines)
 
 
 def read_tools(path: Path) -> ToolsBody:
@@ -184,6 +189,7 @@ class Keeper:
         self.vllm_problem: dict[str, Any] | None = None
         self._vllm_factory = vllm_factory
         self.cluster: ClusterKeeper | None = None  # [vllm.cluster] backend ray (conduit.daemon.agent.cluster)
+        self.engines = EngineSet(self.redactor)  # [engines.NAME], observed beside [vllm]
         self._vllm_task: asyncio.Task[None] | None = None
         self.own_prober = prober is None
         self.prober = prober or Prober([], interval_s=config.probe_interval_s)
@@ -227,6 +233,7 @@ class Keeper:
             left = await self.cluster.aclose()
             if left:
                 log.warning("Ray processes left after stop: %s", "; ".join(left))
+        await self.engines.aclose()
         if self.own_vllm and self.vllm is not None:
             try:
                 await self.vllm.aclose(stop_vllm=False)
@@ -335,6 +342,7 @@ class Keeper:
         if self.own_vllm and view.valid:
             await self._follow_vllm(view.vllm)
         if view.valid:
+            await self.engines.follow(view.engines)
             self.router.set_plan(view.route)
 
     def reload_tools(self) -> None:
@@ -358,6 +366,8 @@ class Keeper:
                     state = self.vllm.snapshot().get("state") if self.vllm is not None else None
                     if getattr(self.vllm, "recovering", False):
                         state = "starting"  # an earlier agent's server being checked for adoption: no evidence
+                    if plan.engine is not None:  # the primary points at an observed [engines.NAME]
+                        state = self.engines.state_of(plan.engine)
                     now = time.monotonic()
                     if self.router.wants_probe(now, state) and plan.primary in self.prober.health:
                         self.probe_now(plan.primary)

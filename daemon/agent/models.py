@@ -325,13 +325,15 @@ class ClusterNode(Body):
 
 
 class Cluster(OpenBody):
-    """``[vllm.cluster]`` on this node (``conduit.daemon.agent.cluster.ClusterKeeper.snapshot``)."""
+    """``[vllm.cluster]`` on this node (``conduit.daemon.agent.cluster.ClusterKeeper.snapshot``; ``mp``:
+    ``conduit.daemon.agent.mpview.mp_cluster``, with ``node_rank`` and ``process``, this node's own vLLM)."""
 
     backend: str
     role: str = Field(description="head or worker")
     head_address: str
     nodes_expected: int
-    state: str = Field(description="head: forming, incomplete, whole or degraded; worker: member")
+    state: str = Field(description="head: forming, incomplete, whole or degraded; worker: member; mp follower: "
+                       "member, head unreachable, or its vLLM's state")
     reason: str | None = Field(description="why it is not whole (or what is there when it is)")
     fix: str | None
     kind: str | None
@@ -351,6 +353,8 @@ class Status(Body):
     tools: ToolsBody
     routing: Routing | None = Field(default=None, description="the fallback decision; null without [fallback]")
     cluster: Cluster | None = Field(default=None, description="[vllm.cluster]: the nodes; null without it")
+    engines: dict[str, VllmBody] | None = Field(default=None, description="[engines.NAME]: each observed engine "
+                                                "(as /v1/vllm shows one); null without [engines]")
 
 
 class OpenApiDocument(Body):

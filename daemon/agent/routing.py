@@ -61,13 +61,16 @@ class RoutePlan:
         profile: the absolute profile path (the decision names it).
         primary: the profile's ``channel``.
         fallback: its ``[fallback]`` table.
-        supervised: the primary is the implicit ``local`` channel of the ``[vllm]`` the agent supervises.
+        supervised: the primary is the implicit ``local`` channel of the ``[vllm]`` the agent supervises, or a
+            channel pointing at an observed ``[engines.NAME]`` (``engine``): that engine's state is evidence.
+        engine: that ``[engines]`` name, or None (``conduit.daemon.agent.engines.engine_route``).
     """
 
     profile: str
     primary: str
     fallback: FallbackSettings
     supervised: bool
+    engine: str | None = None
 
 
 def plan_for(loaded: LoadedProfile, profile_path: str) -> RoutePlan | None:

@@ -58,7 +58,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from conduit.daemon.agent.bodies import BodyCache, masked_response
-from conduit.daemon.agent.gpu import GpuProbe, default_probe, memory_by_index
+from conduit.daemon.agent.gpu import GpuProbe, capability_by_index, default_probe, memory_by_index
 from conduit.daemon.agent.guard import Handler, answer, error, guard_middleware
 from conduit.daemon.agent.logs import MALFORMED_INTERVAL_S, MalformedRequests, setup_logging
 from conduit.daemon.agent.loops import Keeper
@@ -117,9 +117,31 @@ def _supervisor_factory(redactor: Redactor) -> Callable[[VllmSettings], Supervis
             return Observer(settings, redactor=redactor, on_windows=_keep_windows)  # type: ignore[return-value]
         from conduit.daemon.vllm.supervisor import Supervisor
 
-        return Supervisor(settings, memory_probe=memory_by_index, redactor=redactor)
+        return Supervisor(settings, memory_probe=memory_by_index, capability_probe=capability_by_index,
+                          redactor=redactor)
 
     return make
+
+
+def _mp_cluster(slot: Any, source: tuple[str, Any]) -> Cluster | None:
+    """``[vllm.cluster] backend = "mp"``: this node's part, from its supervisor (``conduit.daemon.agent.mpview``)."""
+    from conduit.daemon.agent.mpview import mp_cluster
+
+    found = mp_cluster(getattr(slot, "settings", None), source[1] if source[0] == "slot" else None)
+    return Cluster.model_validate(found) if found is not None else None
+
+
+def _engine_bodies(snap: dict[str, Any] | None) -> dict[str, VllmBody] | None:
+    """``[engines.NAME]``'s snapshots as ``VllmBody``; one that does not fit says so in its own entry."""
+    if snap is None:
+        return None
+    out = {}
+    for name, body in snap.items():
+        try:
+            out[name] = VllmBody.model_validate(body)
+        except ValidationError as exc:
+            out[name] = VllmBody(state="error", message=f"engine snapshot does not fit the API: {exc.errors()[0]['msg']}")
+    return out
 
 
 def _keep_windows(windows: dict[str, int]) -> None:
@@ -242,27 +264,30 @@ class Agent:
             return VllmBody(state="error", message=f"vLLM slot snapshot does not fit the API: {first['msg']} "
                                                    f"at {'.'.join(map(str, first['loc']))}")
 
-    def status(self, vllm_source: tuple[str, Any] | None = None) -> Status:
-        """``/v1/status``: ``{"agent", "channels", "note", "gpus", "host", "vllm", "tools", "routing"}``."""
+    def status(self, vllm_source: tuple[str, Any] | None = None, engines: Any = None) -> Status:
+        """``/v1/status``: ``{"agent", "channels", "note", "gpus", "host", "vllm", "tools", "routing", "cluster",
+        "engines"}``. ``engines``: ``EngineSet.snapshot()`` already read (default: read it now)."""
         k = self.keeper
         ch = self.channels()
         routing = k.router.brief()
         return Status(agent=self.agent_info(), channels=ch.channels, note=ch.note, gpus=k.gpus, host=k.host_body,
                       vllm=self.vllm_body(vllm_source), tools=k.tools,
                       routing=Routing.model_validate(routing) if routing is not None else None,
-                      cluster=Cluster.model_validate(k.cluster.snapshot()) if k.cluster is not None else None)
+                      cluster=Cluster.model_validate(k.cluster.snapshot()) if k.cluster is not None else
+                      _mp_cluster(k.vllm, vllm_source if vllm_source is not None else self._vllm_source()),
+                      engines=_engine_bodies(engines if engines is not None else k.engines.snapshot()))
 
     def status_bytes(self) -> tuple[bytes, frozenset[str]]:
         """``render(self.status())`` and the secret set it is masked with, from the kept body when no source
         changed: everything after ``agent`` is kept (``BodyCache`` route ``"status"``, keyed on the prober's
         generation, the channels note, the GPU and tools generations and the vLLM source); ``agent`` (its
         ``uptime_s`` moves) is rendered per request and spliced in front, the same bytes ``render`` writes."""
-        k, vsrc = self.keeper, self._vllm_source()
+        k, vsrc, engines = self.keeper, self._vllm_source(), self.keeper.engines.snapshot()
         key = (k.prober.generation, k.channels_note, k.gpu_generation, k.tools_generation, vsrc, k.router.generation,
-               k.cluster.generation if k.cluster is not None else None)
+               k.cluster.generation if k.cluster is not None else None, engines)
 
         def build() -> bytes:
-            whole = render(self.status(vsrc))
+            whole = render(self.status(vsrc, engines))
             return whole[whole.index(b',"channels":'):]  # the agent object's end: no string holds a bare quote
 
         rest, secrets = self.bodies.get("status", key, build)

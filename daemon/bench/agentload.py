@@ -119,6 +119,9 @@ class AgentRun:
     wall_s: float = 0.0
     prefix_hits: float | None = None
     prefix_queries: float | None = None
+    #: the run's deltas of the KV tier's counters (tokens; None when the server has none): external hits/queries
+    #: (``vllm:external_prefix_cache_*``) and cached prompt tokens (``vllm:prompt_tokens_cached``)
+    tier: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def hit_rate(self) -> float | None:
@@ -149,21 +152,34 @@ class AgentRun:
             "ttft_p50_ms_by_turn": per_turn,
             "prefix_cache_hit_rate": None if self.hit_rate is None else round(self.hit_rate, 4),
             "prefix_cache_hit_tokens": self.prefix_hits, "prefix_cache_query_tokens": self.prefix_queries,
+            "external_prefix_cache_hit_rate": _share(self.tier.get("external_prefix_hits"),
+                                                     self.tier.get("external_prefix_queries")),
+            "external_prefix_cache_hit_tokens": self.tier.get("external_prefix_hits"),
+            "prompt_tokens_cached": self.tier.get("prompt_tokens_cached"),
             "first_error": failed[0].detail if failed else None,
         }
 
 
-async def _prefix_counters(session: aiohttp.ClientSession, root: str) -> tuple[float | None, float | None]:
-    """``(hits, queries)`` from ``<root>/metrics`` (tokens), or Nones when the server has no such counters."""
+def _share(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else round(num / den, 4)
+
+
+#: The counters read before and after a run (``conduit.daemon.vllm.metrics.COUNTERS`` names).
+_RUN_COUNTERS = ("prefix_hits", "prefix_queries", "external_prefix_hits", "external_prefix_queries",
+                 "prompt_tokens_cached")
+
+
+async def _prefix_counters(session: aiohttp.ClientSession, root: str) -> dict[str, float | None]:
+    """``_RUN_COUNTERS`` from ``<root>/metrics`` (tokens), each None when the server does not have it."""
     try:
         async with session.get(root + "/metrics", allow_redirects=False,
                                timeout=aiohttp.ClientTimeout(total=5)) as resp:
             if resp.status != 200:
-                return None, None
+                return {}
             c = parse_metrics(await resp.text(), time.monotonic()).counters
     except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None, None
-    return c.get("prefix_hits"), c.get("prefix_queries")
+        return {}
+    return {k: c.get(k) for k in _RUN_COUNTERS}
 
 
 async def _ask(session: aiohttp.ClientSession, ep: Endpoint, body: dict[str, Any], turn: Turn) -> None:
@@ -223,15 +239,17 @@ async def run_agent(ep: Endpoint, model: str, wl: AgentWorkload, timeout_s: floa
     run, system = AgentRun(wl), system_prompt(wl.prefix)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as http:
-        hits0, queries0 = await _prefix_counters(http, ep.root)
+        before = await _prefix_counters(http, ep.root)
         t0 = time.perf_counter()
         await asyncio.gather(*(_session(http, ep, model, wl, n, system, random.Random(wl.seed * 7919 + n),
                                         run.turns) for n in range(wl.sessions)))
         run.wall_s = time.perf_counter() - t0
-        hits1, queries1 = await _prefix_counters(http, ep.root)
-    if None not in (hits0, queries0, hits1, queries1):
-        run.prefix_hits = float(hits1) - float(hits0)  # type: ignore[arg-type]
-        run.prefix_queries = float(queries1) - float(queries0)  # type: ignore[arg-type]
+        after = await _prefix_counters(http, ep.root)
+    delta = {k: None if before.get(k) is None or after.get(k) is None else after[k] - before[k]  # type: ignore[operator]
+             for k in _RUN_COUNTERS}
+    if delta["prefix_hits"] is not None and delta["prefix_queries"] is not None:
+        run.prefix_hits, run.prefix_queries = delta["prefix_hits"], delta["prefix_queries"]
+    run.tier = {k: delta[k] for k in _RUN_COUNTERS[2:]}
     return run
 
 

@@ -26,7 +26,8 @@ import typer
 from conduit.daemon.agent.wait import EXIT_READY, Conditions, wait_until
 from conduit.daemon.cli.app import state
 from conduit.daemon.cli.clusterview import print_cluster
-from conduit.daemon.cli.engineview import ollama_lines
+from conduit.daemon.cli.engineview import engine_lines, ollama_lines
+from conduit.daemon.cli.kvtierview import kv_tier_lines
 from conduit.errors import BadArguments
 from conduit.units import format_bytes, parse_duration, parse_size
 
@@ -77,6 +78,9 @@ def render_status(status: dict[str, Any], file: Any = None) -> None:
         console.print(f"host memory: {format_bytes(host['available_bytes'])} available of {format_bytes(host['total_bytes'])}")
     for line in vllm_lines(status.get("vllm") or {}):
         console.print(line, markup=False, soft_wrap=True, highlight=False)
+    for name, body in (status.get("engines") or {}).items():  # [engines.NAME], side by side with [vllm]
+        for line in engine_lines(name, body, vllm_lines):
+            console.print(line, markup=False, soft_wrap=True, highlight=False)
     print_cluster(console, status.get("cluster"))  # [vllm.cluster], every node
     tools = status.get("tools") or {}
     table = tools_table(tools.get("tools") or {})
@@ -138,16 +142,17 @@ def channels_table(channels: dict[str, Any]) -> Any:
 def tools_table(tools: dict[str, Any]) -> Any:
     """The tools part of ``conduit status``: one row per tool of the sync state file's ``tools`` object
     (``conduit.daemon.sync.state``), by its display name when the agent gives one: its status, when it was last
-    synced (UTC), and notes: restart needed (since the last change), drift, the message (folded, ``$HOME`` as
+    synced (UTC), where its key rests (``key_at_rest``: ``conduit.daemon.sync.keyrest``; ``-`` before a sync
+    recorded it), and notes: restart needed (since the last change), drift, the message (folded, ``$HOME`` as
     ``~``, never cut). Values that are not objects are shown as the status."""
     from rich import box
     from rich.markup import escape as esc
     from rich.table import Table
 
-    t = Table("tool", "status", "last sync (UTC)", "notes", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
-              padding=(0, 1, 0, 0))
+    t = Table("tool", "status", "last sync (UTC)", "key at rest", "notes", box=box.SIMPLE_HEAD, pad_edge=False,
+              show_edge=False, padding=(0, 1, 0, 0))
     t.columns[0].no_wrap = t.columns[2].no_wrap = True
-    t.columns[3].overflow = "fold"
+    t.columns[4].overflow = "fold"
     for name, info in tools.items():
         info = info if isinstance(info, dict) else {"status": info}
         status = str(info.get("status") or info.get("state") or "-")
@@ -161,7 +166,7 @@ def tools_table(tools: dict[str, Any]) -> Any:
         if info.get("message"):  # its first clause; `conduit doctor` gives the whole message and the fix
             notes.append(_home_short(str(info["message"]).split("; ")[0]))
         t.add_row(esc(str(info.get("display") or name)), f"[{colour}]{esc(status)}[/]", _when(info.get("last_sync_at")),
-                  esc("; ".join(notes)))
+                  esc(str(info.get("key_at_rest") or "-")), esc("; ".join(notes)))
     return t
 
 
@@ -223,6 +228,7 @@ def vllm_lines(vllm: dict[str, Any]) -> list[str]:
                  f"generation {_num(m.get('generation_tokens_per_s'))} "
                  f"(total {_count(m.get('prompt_tokens_total'))} / {_count(m.get('generation_tokens_total'))})")
         lines.append("  " + "; ".join([*lat, rates]))
+        lines += ["  " + line for line in kv_tier_lines(m.get("kv_tier"))]
     lines += ollama_lines(vllm.get("ollama"))
     if state not in ("stopped", "stopping", "not_configured"):  # a stopped server's warnings are history
         for w in (vllm.get("warnings") or [])[-5:]:

@@ -183,6 +183,10 @@ def run_bench(o: BenchOptions) -> int:
         from conduit.daemon.cli.bench_agent import run_agent_bench
 
         return run_agent_bench(o, _endpoint)
+    if o.dataset is not None and o.dataset.partition(":")[0] == "interference":  # two phases, not a sweep
+        from conduit.daemon.cli.bench_interference import run_interference_bench
+
+        return run_interference_bench(o, _endpoint, state.profile)
     if o.compare_vllm:
         return _run_compare_vllm(o)
     if o.keep:
@@ -215,7 +219,8 @@ def run_bench(o: BenchOptions) -> int:
 
 _Opt = typer.Option
 _DATASET_HELP = ("random, jsonl:PATH (ShareGPT conversations), or agent[:sessions=4,turns=4,prefix=1024,turn=64,"
-                 "gap=2s] (multi-turn sessions sharing a long system prompt).")
+                 "gap=2s] (multi-turn sessions sharing a long system prompt), or "
+                 "interference[:streams=4,long=2048,rate=1,gpus=N] (decode ITL alone and while long prompts arrive).")
 _VLLM_HELP = ("KEY=VALUE (repeatable): bench the supervised vLLM, set this in [vllm], wait for the agent to "
               "relaunch it, bench again, compare, restore.")
 

@@ -1,6 +1,8 @@
 """``conduit bench --dataset agent[:k=v,...]``: the agent-shaped workload (``conduit.daemon.bench.agentload``),
 printed as one table (TTFT and TPOT p50/p95, TTFT per turn) with the server's prefix-cache hit rate beside it.
 
+With ``--compare-vllm KEY=VALUE``: before and after a ``[vllm]`` change, side by side (``cli.bench_agent_vllm``).
+
 Exit codes: 0 when the run finished with at least one answer, 1 when no request succeeded, 3 for bad arguments.
 """
 
@@ -46,6 +48,10 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
              f"TPOT p50 {_ms(summary['tpot_ms']['p50'])} / p95 {_ms(summary['tpot_ms']['p95'])} ms",
              "prefix-cache hits: " + ("unknown (the server has no vllm:prefix_cache_* counters)" if hit is None else
                                       f"{hit:.0%} of {int(summary['prefix_cache_query_tokens'] or 0):,} prompt tokens")]
+    ext = summary.get("external_prefix_cache_hit_rate")
+    if ext is not None or summary.get("prompt_tokens_cached") is not None:
+        lines.append(f"KV tier (external) hits: {'none queried' if ext is None else f'{ext:.0%}'}; cached prompt "
+                     f"tokens {int(summary.get('prompt_tokens_cached') or 0):,}")
     if summary["first_error"]:
         lines.append(f"first error: {summary['first_error']}")
     return lines
@@ -57,7 +63,11 @@ def run_agent_bench(o: Any, endpoint_of: Callable[[Any], tuple[Endpoint, str]]) 
 
     Raises: typer.BadParameter for options the workload does not take; ConduitError for a bad spec.
     """
-    if o.compare_vllm or o.compare is not None or o.request_rate is not None or o.concurrency is not None:
+    if o.compare_vllm:  # the supervised vLLM before and after a [vllm] change
+        from conduit.daemon.cli.bench_agent_vllm import run_agent_compare_vllm
+
+        return run_agent_compare_vllm(o, endpoint_of)
+    if o.compare is not None or o.request_rate is not None or o.concurrency is not None:
         raise typer.BadParameter("the agent workload sets its own concurrency (sessions=N) and runs alone",
                                  param_hint="--dataset agent")
     if o.protocol != "openai":

@@ -8,7 +8,8 @@ from typing import Any
 def cluster_lines(cluster: dict[str, Any]) -> tuple[str, Any]:
     """``(headline, rich Table)`` from ``/v1/status``'s ``cluster`` (``ClusterKeeper.snapshot``).
 
-    The headline: backend, role, state, nodes alive of expected, the reason and fix when not whole. The table:
+    The headline: backend, role, state, nodes alive of expected (``mp``: this node's rank and its own vLLM
+    process, ``conduit.daemon.agent.mpview``), the reason and fix when not whole. The table:
     node (address and the first 8 hex digits of its id), head or worker, state, GPUs, CPUs, vLLM and Ray versions
     (its ``conduit-vllm`` / ``conduit-ray`` labels), and why it died.
     """
@@ -19,10 +20,17 @@ def cluster_lines(cluster: dict[str, Any]) -> tuple[str, Any]:
     alive = sum(1 for n in nodes if n.get("alive"))
     head = (f"cluster ({cluster.get('backend')}, {cluster.get('role')} of {cluster.get('head_address')}): "
             f"{cluster.get('state')}, {alive} of {cluster.get('nodes_expected')} nodes alive")
+    if cluster.get("backend") == "mp":  # no node listing: each node's agent supervises its own vLLM
+        head = (f"cluster (mp, {cluster.get('role')} rank {cluster.get('node_rank')} of {cluster.get('nodes_expected')}"
+                f" nodes, head {cluster.get('head_address')}): {cluster.get('state')}")
     if cluster.get("reason"):
         head += f" -- {cluster['reason']}"
     if cluster.get("fix"):
         head += f" (fix: {cluster['fix']})"
+    proc = cluster.get("process") or {}
+    if proc:
+        head += (f"; this node's vLLM{' (headless)' if proc.get('headless') else ''}: {proc.get('state')}"
+                 + (f", restarts {proc['restarts']}" if proc.get("restarts") else "") + f", log {proc.get('log_path')}")
     ray = cluster.get("ray") or {}
     if ray:
         head += f"; this node's Ray: {ray.get('state')}" + (f", restarts {ray['restarts']}" if ray.get("restarts") else "")

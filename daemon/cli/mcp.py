@@ -19,12 +19,14 @@ from conduit.daemon.cli.sync import _print_sync, _record_without_daemon
 from conduit.daemon.config.mcpedit import add_server, remove_server
 from conduit.daemon.config.profile import LoadedProfile, load_profile
 from conduit.daemon.config.redaction import redact_data
+from conduit.daemon.config.resolve import Resolver
 from conduit.daemon.sync.engine import sync
 from conduit.daemon.sync.mcpprobe import Listing, probe_listing
 from conduit.daemon.sync.mcpview import McpView, mcp_view
 from conduit.errors import BadArguments
 
-commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
+commands = typer.Typer(suggest_commands=False)  # loaded lazily by the root app (cli.commands.COMMANDS); click
+# itself says "Did you mean" for a mistyped subcommand, and typer's own suggestion (inherited by sub-apps) repeats it
 
 mcp_app = typer.Typer(
     name="mcp",
@@ -126,7 +128,8 @@ def rm_cmd(
 
 
 def _sync(profile: LoadedProfile) -> int:
-    report = sync(profile)
-    _record_without_daemon(report, "conduit mcp")
+    resolver = Resolver(profile)
+    report = sync(profile, resolver=resolver)
+    _record_without_daemon(report, "conduit mcp", resolver)
     _print_sync(report, dry_run=False)
     return 0 if report.ok else 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -21,6 +22,9 @@ from rich.table import Table
 
 from conduit.daemon.agent.gpu import GpuProbe, default_probe
 from conduit.daemon.cli.app import state
+from conduit.daemon.cli.plan_disagg import render_disaggregated
+from conduit.daemon.cli.plantier import TierOptions, add_kv_tier, render_kv_tier
+from conduit.daemon.plan.disagg import plan_disaggregated
 from conduit.daemon.plan.errors import PlanArgumentError
 from conduit.daemon.plan.fragmentation import fragmentation, parse_lengths
 from conduit.daemon.plan.ledger import Verdict, plan
@@ -56,7 +60,7 @@ def gpu_memory(probe: GpuProbe | None = None, index: int = 0) -> dict[str, Any]:
 
 
 def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int] | None = None,
-             *, use_nvml: bool = True, probe: GpuProbe | None = None) -> dict[str, Any]:
+             *, use_nvml: bool = True, probe: GpuProbe | None = None, disaggregated: bool = False) -> dict[str, Any]:
     """Do the work of ``conduit plan`` and return a JSON-ready dict.
 
     Args:
@@ -68,7 +72,8 @@ def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int]
         probe: the GPU probe for that (default ``agent.gpu.default_probe()``).
 
     Returns: ``{"ledger": Ledger.to_dict() | None, "model": {...} | None, "gpu": {...} | None,
-    "fragmentation": Fragmentation.to_dict() | None}``.
+    "fragmentation": Fragmentation.to_dict() | None}``, and with ``disaggregated`` also ``"disaggregated":
+    plan.disagg.plan_disaggregated(...)`` (a prefill and a decode instance).
 
     Raises:
         PlanArgumentError: bad settings, nothing to do, or no GPU memory size available.
@@ -87,6 +92,8 @@ def run_plan(model: str | None, settings: Mapping[str, Any], requests: list[int]
         if not any(s.get(k) for k in _EXPLICIT_BUDGET) and s.get("device", "gpu") == "gpu":
             out["gpu"] = _read_gpu(s, use_nvml, probe)
         led = plan(info, s)
+        if disaggregated:  # a prefill and a decode instance (plan.disagg), beside the one-engine ledger
+            out["disaggregated"] = plan_disaggregated(info, s)
         out["ledger"] = led.to_dict()
         frag_len, frag_block = led.max_model_len, led.block_size
     if requests is not None:
@@ -121,6 +128,8 @@ def _b(n: int | None) -> str:
 
 def render(result: Mapping[str, Any], console: Console) -> None:
     """Print ``run_plan``'s result as rich tables (ledger, verdict and fixes, fragmentation)."""
+    if result.get("disaggregated"):
+        return render_disaggregated(result["disaggregated"], console, render)
     led = result.get("ledger")
     if led:
         t = Table(title=f"vLLM memory ledger per GPU: {led['model']} ({led['device']})", show_lines=False)
@@ -217,6 +226,12 @@ def plan_command(
     gpus: int | None = typer.Option(None, "--gpus", help="GPUs there are in all (default: NVML's count)."),
     requests: str | None = typer.Option(None, "--requests", help="Request lengths for the fragmentation table: 500,100,2000."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    disaggregated: bool = typer.Option(False, "--disaggregated", help="A prefill and a decode instance's ledgers."),
+    kv_tier: bool = typer.Option(False, "--kv-tier", help="Size a host-memory KV tier (docs/kv-tier.md)."),
+    kv_offloading_size: str | None = typer.Option(None, "--kv-offloading-size", help="A tier to check: GiB or SIZE."),
+    host_free: str | None = typer.Option(None, "--host-free", help="Host memory available (default: psutil)."),
+    host_headroom: str | None = typer.Option(None, "--host-headroom", help="Host memory kept free (default 8GiB+)."),
+    bench_json: Path | None = typer.Option(None, "--bench-json", help="A bench --json file: its prefix-cache hits."),
 ) -> None:
     """Work out vLLM's memory ledger: weights, KV cache per token, capacity, concurrency, and a verdict."""
     settings: dict[str, Any] = {
@@ -234,13 +249,16 @@ def plan_command(
     }
     _check_flags(settings)
     lengths = parse_lengths(requests) if requests is not None else None
+    tier, from_profile = TierOptions(kv_tier, kv_offloading_size, host_free, host_headroom, bench_json), model is None
     if model is None and lengths is None:
         model, settings = _from_profile(settings)
-    result = run_plan(model, settings, lengths)
+    result = run_plan(model, settings, lengths, disaggregated=disaggregated)
+    add_kv_tier(result, tier, profile=state.profile, from_profile=from_profile, device=settings.get("device") or "gpu")
     if json_out:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         render(result, Console())
+        render_kv_tier(result, Console())
     if result["ledger"] and result["ledger"]["verdict"] == Verdict.DOES_NOT_FIT.value:
         raise typer.Exit(1)
 

@@ -21,7 +21,7 @@ from typing import Any
 import typer
 
 from conduit.daemon.agent.client import AgentClient, AgentError
-from conduit.daemon.agent.gpu import default_probe, memory_by_index
+from conduit.daemon.agent.gpu import capability_by_index, default_probe, memory_by_index
 from conduit.daemon.cli.agent import vllm_lines
 from conduit.daemon.cli.app import state
 from conduit.daemon.cli.console import make_console
@@ -34,7 +34,8 @@ from conduit.errors import ConduitError
 from conduit.redact import mask_key_flags
 from conduit.units import parse_duration
 
-commands = typer.Typer()  # this module's commands; the root app loads them lazily (cli.commands.COMMANDS)
+commands = typer.Typer(suggest_commands=False)  # loaded lazily by the root app (cli.commands.COMMANDS); click
+# itself says "Did you mean" for a mistyped subcommand, and typer's own suggestion (inherited by sub-apps) repeats it
 
 vllm_app = typer.Typer(help="Supervise the local vLLM server described by the profile's vllm table.",
                        no_args_is_help=True)
@@ -91,7 +92,8 @@ async def run_foreground(settings: VllmSettings, on_change: Any = None) -> dict[
     """
     probe = default_probe()
     become_subreaper()  # what the launch leaves behind re-parents to this process, and is stopped with it
-    sup = Supervisor(settings, memory_probe=lambda: memory_by_index(probe), redactor=REDACTOR)
+    sup = Supervisor(settings, memory_probe=lambda: memory_by_index(probe),
+                     capability_probe=lambda: capability_by_index(probe), redactor=REDACTOR)
     task = asyncio.create_task(sup.run())
     loop = asyncio.get_running_loop()
     quit_ev = asyncio.Event()

@@ -39,6 +39,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conduit.daemon.agent.client import AgentClient, AgentError
+from conduit.daemon.cli.kvtierview import kv_tier_lines
 from conduit.daemon.cli.sparkline import History, sparkline
 from conduit.daemon.cli.terminal import Keys
 from conduit.errors import AgentUnreachable, BadArguments
@@ -125,6 +126,8 @@ def render(view: View, width: int, now: float | None = None) -> RenderableType:
     parts.append(_channels(status, view, lay))
     parts.append(_gpus(status.get("gpus") or {}, view, now, lay))
     parts.extend(_vllm(status.get("vllm") or {}, lay.bar_w))
+    for name, body in (status.get("engines") or {}).items():  # [engines.NAME], beside [vllm]
+        parts.extend(_vllm(body if isinstance(body, dict) else {}, lay.bar_w, f"engine {name}"))
     parts.append(_host(status.get("host") or {}, lay.bar_w))
     return Group(*parts)
 
@@ -269,12 +272,14 @@ def _gpus(gpus: dict[str, Any], view: View, now: float, lay: Layout) -> Renderab
     return t
 
 
-def _vllm(vllm: dict[str, Any], bar_w: int) -> list[RenderableType]:
+def _vllm(vllm: dict[str, Any], bar_w: int, label: str = "vLLM") -> list[RenderableType]:
     state = vllm.get("state")
     if state in (None, "not_configured"):
-        return [Text("vLLM: not configured (add a [vllm] table to the profile)")]
+        return [Text(f"{label}: not configured (add a [vllm] table to the profile)")]
+    if state == "error" and vllm.get("message"):
+        return [Text(f"{label}: error - {vllm['message']}", style="red")]
     ok = state == "ready"
-    head = Text("vLLM: ", style="bold")
+    head = Text(f"{label}: ", style="bold")
     head.append(str(state), style="green" if ok else "yellow" if state in ("starting", "restarting") else "red")
     if vllm.get("since"):
         head.append(" since " + time.strftime("%H:%M:%S", time.localtime(vllm["since"])))
@@ -303,6 +308,7 @@ def _vllm(vllm: dict[str, Any], bar_w: int) -> list[RenderableType]:
         lines.append(Text(f"  TTFT p50 {_ms(ttft.get('p50_ms'))} · p95 {_ms(ttft.get('p95_ms'))} · "
                           f"tokens/s generation {_num(m.get('generation_tokens_per_s'))} · "
                           f"prompt {_num(m.get('prompt_tokens_per_s'))}"))
+        lines += [Text("  " + line) for line in kv_tier_lines(m.get("kv_tier"))]
     if vllm.get("ollama"):
         from conduit.daemon.cli.engineview import ollama_lines
 

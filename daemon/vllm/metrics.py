@@ -4,7 +4,8 @@ Metric names are vLLM 0.32's (docs/formats/vllm-and-nvml.md): gauges ``vllm:num_
 ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (a fraction 0..1 despite the name); counters
 ``vllm:num_preemptions``, ``vllm:prefix_cache_queries``, ``vllm:prefix_cache_hits`` (tokens),
 ``vllm:prompt_tokens``, ``vllm:generation_tokens`` (exposed with ``_total``); histograms
-``vllm:time_to_first_token_seconds`` and ``vllm:inter_token_latency_seconds``. Samples with different labels
+``vllm:time_to_first_token_seconds`` and ``vllm:inter_token_latency_seconds``; the KV tier's counters and
+histogram (``KV_HISTOGRAMS``, ``BY_SOURCE``; read by ``kvview``). Samples with different labels
 (``model_name``, ``engine``) are summed.
 
 ``MetricsTracker`` keeps a short history of scrapes so that it can report rates (tokens per second from counter
@@ -21,6 +22,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from conduit.daemon.vllm.kvview import kv_tier_view
+
 GAUGES = {
     "running": "vllm:num_requests_running",
     "waiting": "vllm:num_requests_waiting",
@@ -32,11 +35,19 @@ COUNTERS = {
     "prefix_hits": "vllm:prefix_cache_hits",
     "prompt_tokens": "vllm:prompt_tokens",
     "generation_tokens": "vllm:generation_tokens",
+    # the KV tier (conduit.daemon.vllm.kvview; vllm/v1/metrics/loggers.py): tokens, like the local two
+    "external_prefix_queries": "vllm:external_prefix_cache_queries",
+    "external_prefix_hits": "vllm:external_prefix_cache_hits",
+    "prompt_tokens_cached": "vllm:prompt_tokens_cached",
 }
 HISTOGRAMS = {
     "ttft": "vllm:time_to_first_token_seconds",
     "itl": "vllm:inter_token_latency_seconds",
 }
+#: Read like ``HISTOGRAMS`` but summarised by ``kvview`` (only with vLLM's ``--kv-cache-metrics``).
+KV_HISTOGRAMS = {"idle_before_evict": "vllm:kv_block_idle_before_evict_seconds"}
+#: ``vllm:prompt_tokens_cached_by_source{source=...}``: cached prompt tokens by the tier that supplied them.
+BY_SOURCE = "vllm:prompt_tokens_cached_by_source"
 
 #: Below this prefix-cache hit rate (over the window, with traffic) a warning is raised.
 LOW_HIT_RATE = 0.30
@@ -105,6 +116,7 @@ class Scrape:
     gauges: dict[str, float | None]
     counters: dict[str, float | None]
     histograms: dict[str, Histogram]
+    cached_by_source: dict[str, float] = field(default_factory=dict)  # BY_SOURCE's ``source`` label -> tokens
 
 
 def parse(text: str, t: float = 0.0) -> Scrape:
@@ -117,7 +129,8 @@ def parse(text: str, t: float = 0.0) -> Scrape:
     hist_acc: dict[str, dict[str, Any]] = {}
     by_gauge = {v: k for k, v in GAUGES.items()}
     by_counter = {v: k for k, v in COUNTERS.items()}
-    by_hist = {v: k for k, v in HISTOGRAMS.items()}
+    by_hist = {v: k for k, v in (HISTOGRAMS | KV_HISTOGRAMS).items()}
+    by_source: dict[str, float] = {}
     # Match by *sample* name: vLLM writes ``# TYPE vllm:prompt_tokens_total counter`` while other exporters
     # write ``# TYPE vllm:prompt_tokens counter``; the parser groups the two layouts into different families.
     for fam in text_string_to_metric_families(text):
@@ -126,6 +139,8 @@ def parse(text: str, t: float = 0.0) -> Scrape:
             if n in by_gauge:
                 k = by_gauge[n]
                 gauges[k] = (gauges[k] or 0.0) + smp.value
+            elif n == BY_SOURCE + "_total" and "source" in smp.labels:
+                by_source[smp.labels["source"]] = by_source.get(smp.labels["source"], 0.0) + smp.value
             elif n.endswith("_total") and n[:-6] in by_counter:
                 k = by_counter[n[:-6]]
                 counters[k] = (counters[k] or 0.0) + smp.value
@@ -141,7 +156,7 @@ def parse(text: str, t: float = 0.0) -> Scrape:
     hists = {
         k: Histogram(sorted(a["buckets"].items()), a["sum"], a["count"]) for k, a in hist_acc.items()
     }
-    return Scrape(t, gauges, counters, hists)
+    return Scrape(t, gauges, counters, hists, by_source)
 
 
 class MetricsTracker:
@@ -176,8 +191,10 @@ class MetricsTracker:
         ``prompt_tokens_total``, ``generation_tokens_total``, ``prompt_tokens_per_s``,
         ``generation_tokens_per_s`` (since the previous scrape), ``prefix_cache_hit_rate`` (since start),
         ``prefix_cache_hit_rate_recent`` (over the window), ``ttft``/``itl`` (since start) and
-        ``ttft_recent``/``itl_recent`` (over the window) each ``{count, mean_ms, p50_ms, p95_ms}``, and
-        ``warnings`` (list of sentences).
+        ``ttft_recent``/``itl_recent`` (over the window) each ``{count, mean_ms, p50_ms, p95_ms}``,
+        ``warnings`` (list of sentences), and ``kv_tier`` (``kvview.kv_tier_view``: external prefix-cache hits,
+        cached prompt tokens, the idle-before-evict summary and whether a tier would help; None on a vLLM without
+        those metrics).
 
         Raises ValueError on text that is not Prometheus exposition format.
         """
@@ -204,6 +221,7 @@ class MetricsTracker:
             "prefix_cache_hit_rate_recent": None,
             "window_s": self.window_s,
             "warnings": [],
+            "kv_tier": kv_tier_view(base, cur),
         }
         for key in HISTOGRAMS:
             h = cur.histograms.get(key)

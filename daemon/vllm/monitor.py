@@ -8,10 +8,11 @@ supervisor's loop and changing no state themselves:
   can exit 0 after its engine died.
 - ``track``: every ``TRACK_INTERVAL_S`` the launch's ``tree.Tree`` is sampled (in a worker thread), so a
   descendant that leaves the group (``setsid()``) is known before its parent can exit and orphan it.
-- ``Monitor.run``: for an ``mp`` follower (``--headless``, no HTTP server) ready at once, the exit watcher being
-  its only check; else until ready, ``/health`` 200 **and** ``/v1/models`` listing the served name (every 0.25 s, up
-  to ``startup_timeout_s``); then ``/health`` every ``health_interval_s`` and ``/metrics`` every
-  ``metrics_interval_s`` while healthy, and the log's size check.
+- ``Monitor.run``: for an ``mp`` follower (``--headless``, no HTTP server) ready once its log says vLLM launched
+  its headless executor (``follower.wait_launched``), then its health is whether the head's master port accepts
+  connections (``follower.head_reachable``); else until ready, ``/health`` 200 **and** ``/v1/models`` listing
+  the served name (every 0.25 s, up to ``startup_timeout_s``); then ``/health`` every ``health_interval_s``
+  and ``/metrics`` every ``metrics_interval_s`` while healthy, and the log's size check.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import httpx
 
 from conduit.daemon.config.gateway import GatewayAnswer, aread_bounded
 from conduit.daemon.config.vllm import VllmSettings
-from conduit.daemon.vllm.cluster import headless
+from conduit.daemon.vllm.follower import follower_of, head_reachable, wait_launched
 from conduit.daemon.vllm.messages import Exited, Health, Launch, Message, Ready, StartTimeout
 from conduit.daemon.vllm.metrics import MetricsTracker
 from conduit.daemon.vllm.process import wait_pid_exit
@@ -123,11 +124,16 @@ class Monitor:
     async def run(self, cur: Launch, ready: bool) -> None:
         """Wait for readiness (unless ``ready``), then poll health and metrics until cancelled."""
         s = self._settings()  # intervals as at launch, as before the split
-        if headless(s):  # an mp follower serves no HTTP: alive is ready (``watch_exit`` sees its exit)
+        head = follower_of(s)
+        if head is not None:  # an mp follower serves no HTTP: ready once its log says it launched
             if not ready:
+                if not await wait_launched(cur.log_path, s.startup_timeout_s):
+                    self._post(StartTimeout(cur.gen))
+                    return
                 self._post(Ready(cur.gen))
-            while True:
+            while True:  # its health: the head's master port answers (``conduit.daemon.vllm.follower``)
                 await asyncio.sleep(s.health_interval_s)
+                self._post(Health(cur.gen, *await head_reachable(*head)))
                 self._on_tick()
         async with _client() as client:
             if not ready and not await self._wait_ready(client, cur, s.startup_timeout_s):

@@ -100,15 +100,16 @@ class Observer(Lifecycle, Reports):
         redactor: masks what the snapshot quotes (log tails, reasons), taught ``[vllm].api_key``.
         on_windows: called with ``{model id: context tokens}`` when an Ollama's window for the served model is
             learned or changes (the agent stores it in the catalog for the tools).
+        table: the profile table it comes from, for hints (``[vllm]``, or ``[engines.NAME]``).
     """
 
     observes = True
 
     def __init__(self, settings: VllmSettings, *, redactor: Redactor | None = None,
-                 on_windows: Callable[[dict[str, int]], None] | None = None) -> None:
+                 on_windows: Callable[[dict[str, int]], None] | None = None, table: str = "[vllm]") -> None:
         Reports.__init__(self, redactor)
         Lifecycle.__init__(self)
-        self.settings = settings
+        self.settings, self.table = settings, table
         self.teach(settings)
         self.autostart = False
         self.recovering = True  # until the first look: the router takes no evidence before it
@@ -170,11 +171,19 @@ class Observer(Lifecycle, Reports):
         raise self._refuse("restart")
 
     async def apply_settings(self, new: VllmSettings) -> bool:
-        """Take new settings (a new URL is looked at from the next look on); never launches: returns False."""
+        """Take new settings; never launches: returns False. A new URL (or kind) is another engine: logged, its
+        figures and failure forgotten, the state back to ``starting`` (a fresh ``since``, no evidence for the
+        fallback judge) until the next look."""
         if new.base_url != self.settings.base_url or new.engine != self.settings.engine:
-            self.engine, self.version, self.ollama = new.engine, None, None
+            log.info("the observed engine changed: %s -> %s", self.settings.base_url, new.base_url)
+            self.engine, self.version, self.ollama, self.last_failure = new.engine, None, None, None
             self._metrics.reset()
             self._shown.clear()
+            self._down_since, self.recovering = None, True
+            if self.state in (VllmState.READY, VllmState.UNHEALTHY):
+                self._to(VllmState.STOPPING)
+            if self.state is not VllmState.STARTING:
+                self._to(VllmState.STARTING)
         self.settings = new
         self.teach(new)
         return False
@@ -311,7 +320,7 @@ class Observer(Lifecycle, Reports):
         if self.state in (VllmState.READY, VllmState.STARTING, VllmState.STOPPED):
             first = self.state is not VllmState.READY
             self._down_since = now
-            self.record_failure(self._unreachable(why, ""), None, "")  # at once; the log's word follows
+            self.record_failure(self._unreachable(why, ""), None, "", quiet=True)  # at once; logged by _diagnose
             self._to(VllmState.FAILED if first else VllmState.UNHEALTHY)
             self.warnings_push(f"the engine at {self.settings.base_url} does not answer: {why}")
             await self._diagnose(why)
@@ -333,7 +342,7 @@ class Observer(Lifecycle, Reports):
         return Diagnosis("unreachable", f"the engine at {s.base_url} does not answer ({why})"
                          + (f"; its log ends: {last}" if last else ""),
                          "it is not conduit's to start: check the container or service that runs it"
-                         + ("" if s.log_command else "; set [vllm].log_command to have its log diagnosed"))
+                         + ("" if s.log_command else f"; set {self.table}.log_command to have its log diagnosed"))
 
 
 __all__ = ["LOG_MAX_BYTES", "LOG_TIMEOUT_S", "Observer", "read_log_command"]

@@ -55,13 +55,14 @@ class Reports:
         self.warnings.append(self.mask(text))
         del self.warnings[:-WARNINGS_KEPT]
 
-    def record_failure(self, d: Diagnosis, exit_code: int | None, tail: str) -> None:
+    def record_failure(self, d: Diagnosis, exit_code: int | None, tail: str, quiet: bool = False) -> None:
         """Keep ``d`` with the last ``TAIL_LINES`` lines of ``tail`` (the log's end) as ``last_failure``,
-        every text masked, and log its kind and reason."""
+        every text masked, and log its kind and reason (not when ``quiet``: a fuller word follows)."""
         lines = tail.splitlines()[-TAIL_LINES:]
         failure = {**d.to_dict(), "exit_code": exit_code, "log_tail": "\n".join(lines), "at": time.time()}
         self.last_failure = {k: self.mask(v) if isinstance(v, str) else v for k, v in failure.items()}
-        log.warning("vLLM %s: %s", self.last_failure["kind"], self.last_failure["reason"])
+        if not quiet:
+            log.warning("vLLM %s: %s", self.last_failure["kind"], self.last_failure["reason"])
 
     def note_left(self, left: list[str]) -> None:
         """Warn about processes that outlived SIGKILL (``"pid command line"`` strings)."""

@@ -20,6 +20,7 @@ import subprocess
 
 from conduit.daemon.config.vllm import Speculative, VllmSettings
 from conduit.daemon.vllm.cluster import cluster_flags
+from conduit.daemon.vllm.kvtier import kv_tier_flags
 from conduit.errors import ConduitError
 
 Version = tuple[int, int, int]
@@ -68,6 +69,7 @@ def _engine_flags(s: VllmSettings) -> list[str]:
     argv += _pairs(valued)
     if s.enable_prefix_caching is not None:
         argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
+    argv += kv_tier_flags(s)
     if s.enforce_eager:
         argv.append("--enforce-eager")
     if s.enable_auto_tool_choice:

@@ -57,7 +57,7 @@ from conduit.daemon.vllm.logs import VllmLog
 from conduit.daemon.vllm.messages import Cmd, Exited, Health, Launch, Message, Ready, RestartDue, StartTimeout
 from conduit.daemon.vllm.metrics import MetricsTracker
 from conduit.daemon.vllm.monitor import Monitor, track, watch_exit
-from conduit.daemon.vllm.preflight import MemoryProbe, plan_launch
+from conduit.daemon.vllm.preflight import CapabilityProbe, MemoryProbe, plan_launch
 from conduit.daemon.vllm.process import group_members, kill_group, spawn_group
 from conduit.daemon.vllm.reports import Reports
 from conduit.daemon.vllm.settings import Version
@@ -72,10 +72,9 @@ class Supervisor(Lifecycle, Reports):
 
     Args:
         settings: the profile's ``[vllm]`` table.
-        memory_probe: the GPU memory reader for the launch preflight
-            (``() -> [(index, free_bytes, total_bytes)] | None``); the agent and ``conduit vllm run`` pass
-            ``conduit.daemon.agent.gpu.memory_by_index`` bound to their probe, tests a stand-in. Required: this
-            package reads no hardware itself.
+        memory_probe / capability_probe: the GPU memory and compute capability readers of the launch preflight
+            (``preflight.MemoryProbe``, ``CapabilityProbe``); the agent and ``conduit vllm run`` pass
+            ``agent.gpu.memory_by_index`` / ``capability_by_index``, tests stand-ins (this package reads no GPU).
         autostart: launch (or adopt) as soon as ``run()`` begins.
         state_dir: where ``vllm.log`` and ``vllm.pid`` live; default ``paths.state_dir()/vllm``.
         redactor: masks what the snapshot quotes from vLLM (log tails, reasons, warnings), with key-like flag
@@ -98,6 +97,7 @@ class Supervisor(Lifecycle, Reports):
         settings: VllmSettings,
         *,
         memory_probe: MemoryProbe,
+        capability_probe: CapabilityProbe | None = None,
         autostart: bool = True,
         state_dir: Path | None = None,
         redactor: Redactor | None = None,
@@ -109,6 +109,7 @@ class Supervisor(Lifecycle, Reports):
         self.recovering = False  # True while ``run`` checks an earlier agent's server for adoption
         self.dir = state_dir or paths.state_dir() / "vllm"
         self.memory_probe = memory_probe
+        self.capability_probe = capability_probe
         Lifecycle.__init__(self)
         self.restarts = 0
         self.version: Version | None = None
@@ -395,7 +396,7 @@ class Supervisor(Lifecycle, Reports):
         self.kv_cache = None
         self._gen += 1
         try:
-            plan = await plan_launch(s, self.memory_probe, self.distribution)
+            plan = await plan_launch(s, self.memory_probe, self.distribution, self.capability_probe)
         except ConduitError as exc:
             self._fail_launch(Diagnosis("launch_error", exc.message, exc.hint or "fix [vllm].python"))
             return

@@ -44,9 +44,10 @@ def test_routes_and_shapes(temp_home: Path) -> None:
         status, everything = agent.get("/v1/status")
         assert status == 200
         assert set(everything) == {"agent", "channels", "note", "gpus", "host", "vllm", "tools", "routing",
-                                   "cluster"}
+                                   "cluster", "engines"}
         assert everything["routing"] is None  # no [fallback] in the profile
         assert everything["cluster"] is None  # no [vllm.cluster] in the profile
+        assert everything["engines"] is None  # no [engines.NAME] in the profile
         assert everything["agent"]["socket"] == str(agent.sock)
 
         status, spec = agent.get("/v1/openapi.json")

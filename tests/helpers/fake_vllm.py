@@ -110,6 +110,10 @@ class State:
     requests = 0
     running = 0
     waiting = 0
+    # prefix-cache counters (tokens) a streamed answer adds: 10 queried, 6 hit unless --no-enable-prefix-caching;
+    # with --kv-offloading-size also 4 asked of the tier (external) and 3 found there
+    cache = {"prefix_cache_queries": 0.0, "prefix_cache_hits": 0.0, "external_prefix_cache_queries": 0.0,
+             "external_prefix_cache_hits": 0.0, "prompt_tokens_cached": 0.0}
     lock = threading.Lock()
 
 
@@ -204,6 +208,7 @@ def main() -> None:
                     with State.lock:
                         State.prompt_tokens, State.generation_tokens = State.prompt_tokens + 10, \
                             State.generation_tokens + n_tokens
+                        _count_cache(args)
                     if (body.get("stream_options") or {}).get("include_usage"):  # type: ignore[union-attr]
                         usage = {"prompt_tokens": 10, "completion_tokens": n_tokens, "total_tokens": 10 + n_tokens}
                         self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
@@ -258,6 +263,16 @@ def main() -> None:
         time.sleep(3600)
 
 
+def _count_cache(args: dict[str, str]) -> None:
+    """One answer's prefix-cache counts (``State.cache``), as vLLM's flags would make them."""
+    hits = 0.0 if "no-enable-prefix-caching" in args else 6.0
+    ext_q, ext_h = (4.0, 3.0) if "kv-offloading-size" in args else (0.0, 0.0)
+    for key, add in (("prefix_cache_queries", 10.0), ("prefix_cache_hits", hits),
+                     ("external_prefix_cache_queries", ext_q), ("external_prefix_cache_hits", ext_h),
+                     ("prompt_tokens_cached", hits + ext_h)):
+        State.cache[key] += add
+
+
 def _metrics(served: str) -> str:
     lab = f'engine="0",model_name="{served}"'
     lines = [
@@ -273,6 +288,8 @@ def _metrics(served: str) -> str:
         f"vllm:time_to_first_token_seconds_count{{{lab}}} {float(State.requests)}",
         f"vllm:time_to_first_token_seconds_sum{{{lab}}} {0.05 * State.requests}",
     ]
+    for name, value in State.cache.items():
+        lines += [f"# TYPE vllm:{name} counter", f"vllm:{name}_total{{{lab}}} {value}"]
     return "\n".join(lines) + "\n"
 
 

@@ -114,6 +114,10 @@ def test_an_mp_follower_is_ready_while_it_lives_without_http(tmp_path: Path) -> 
 
     async def main() -> None:
         task = asyncio.create_task(mon.run(cur, ready=False))
+        await asyncio.sleep(0.6)
+        assert posted == []  # not before vLLM says it launched its headless executor
+        cur.log_path.write_text("INFO [serve.py:224] Launching vLLM (v0.32.0) headless multiproc executor, with "
+                                "head node address 127.0.0.1:29501 for torch.distributed process group.\n")
         await until(lambda: posted, timeout=30.0)
         assert posted == [Ready(1)]
         task.cancel()
