@@ -244,7 +244,8 @@ class ClaudeCode(AdapterDefaults):
         file="~/.claude.json", key=("mcpServers",), format="json", transports=frozenset({"stdio", "http", "sse"}),
         list_argv=("claude", "mcp", "list"), project_files=(".mcp.json",),
         source="Claude Code docs \"Connect Claude Code to tools via MCP\" (user scope); `claude mcp add` 2.1.197",
-        proven="`claude mcp list` (real-tool tier)")
+        proven="`claude mcp list` (real-tool tier)",
+        restart_hint="restart running Claude Code sessions to load the changed MCP servers")
 
     def mcp_path(self, env: Env) -> Path | None:
         """``$CLAUDE_CONFIG_DIR/.claude.json`` when set, else ``~/.claude.json``: the state file whose top-level

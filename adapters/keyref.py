@@ -26,7 +26,7 @@ from typing import Literal
 
 from conduit.adapters.base import Env
 
-__all__ = ["DELIVERY_OPTIONS", "RUNS_CONDUIT", "Delivery", "conduit_argv", "delivery_options", "key_helper_command",
+__all__ = ["DELIVERY_OPTIONS", "RUNS_CONDUIT", "STABLE_INSTALL_VAR", "Delivery", "conduit_argv", "delivery_options", "key_helper_command",
            "unstable_reason"]
 
 Delivery = Literal["copy", "reference"]
@@ -78,11 +78,18 @@ def conduit_argv() -> list[str]:
     return [sys.executable, "-m", "conduit.daemon.cli"]
 
 
+STABLE_INSTALL_VAR = "CONDUIT_STABLE_INSTALL"
+"""Set to ``1``: conduit's installation stays where it is, even in a temporary directory (``unstable_reason``)."""
+
+
 def unstable_reason(argv: list[str] | None = None) -> str | None:
     """Why conduit's executable (``argv[0]``, default ``conduit_argv()``) is no place for a tool to run later,
     or None when it is: it lies in a temporary directory (``tempfile.gettempdir()``, ``/tmp``, ``/var/tmp``,
     ``/dev/shm``) or in an environment a runner deletes (``uv``'s ``archive-v0``/``builds-v0``, ``pipx``'s
-    ``.cache``)."""
+    ``.cache``). ``CONDUIT_STABLE_INSTALL=1`` in conduit's environment says the installation stays wherever it
+    lies (a virtual environment under ``/tmp`` that you keep, a CI checkout): None then."""
+    if os.environ.get(STABLE_INSTALL_VAR) == "1":
+        return None
     exe = Path((argv or conduit_argv())[0]).absolute()
     temps = {Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")}
     if any(t in exe.parents for t in temps):

@@ -132,6 +132,9 @@ class McpSupport:
         proven: how the real-tool tier proves it (``"claude mcp list"``), or ``""``.
         shape: ``map`` (an object/table keyed by server name, the default) or ``list`` (a list of entries, each
             with a ``name`` key: Continue ``mcpServers``, Vibe ``[[mcp_servers]]``).
+        restart_hint: what a person does for the tool to load changed servers when a sync changed its MCP file
+            only, and that file is apart from its settings (Claude Code's ``~/.claude.json``); None: the tool's
+            own ``restart_hint`` says it.
     """
 
     file: str
@@ -144,6 +147,7 @@ class McpSupport:
     source: str = ""
     proven: str = ""
     shape: Literal["map", "list"] = "map"
+    restart_hint: str | None = None
 
     def accepts(self, name: str) -> bool:
         """Whether ``name`` matches ``name_rule``."""

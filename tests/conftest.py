@@ -28,6 +28,9 @@ def temp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     for var in isolated_vars():
         monkeypatch.delenv(var, raising=False)
+    # The checkout (and its .venv) may lie under /tmp (a CI clone): Claude Code's key reference would then fall
+    # back to a copy (adapters/keyref.py unstable_reason). Tests of that fallback unset it.
+    monkeypatch.setenv("CONDUIT_STABLE_INSTALL", "1")
     monkeypatch.chdir(home)
     return home
 

@@ -30,7 +30,7 @@ from conduit.daemon.bench.prompts import synthetic_prompt
 from conduit.daemon.bench.stats import ErrorKind, RequestResult
 from conduit.daemon.bench.wire import Endpoint, SSEBuffer, StreamError, StreamRecorder
 from conduit.daemon.vllm.metrics import parse as parse_metrics
-from conduit.errors import ConduitError
+from conduit.errors import BadArguments
 from conduit.redact import redact
 from conduit.units import parse_duration, percentile
 
@@ -51,9 +51,9 @@ class AgentWorkload:
     def __post_init__(self) -> None:
         for name in ("sessions", "turns", "prefix", "turn", "max_tokens"):
             if getattr(self, name) < 1:
-                raise ConduitError(f"--dataset agent: {name} must be at least 1", hint="e.g. agent:sessions=4,turns=4")
+                raise BadArguments(f"--dataset agent: {name} must be at least 1", hint="e.g. agent:sessions=4,turns=4")
         if not 0 <= self.gap_s <= 3600:
-            raise ConduitError("--dataset agent: gap must be 0..1h", hint="e.g. gap=2s")
+            raise BadArguments("--dataset agent: gap must be 0..1h", hint="e.g. gap=2s")
 
 
 _KEYS = {"sessions": "sessions", "turns": "turns", "prefix": "prefix", "turn": "turn", "max_tokens": "max_tokens",
@@ -64,21 +64,21 @@ def parse_spec(spec: str) -> AgentWorkload:
     """``agent`` or ``agent:k=v,...`` (keys: sessions, turns, prefix, turn, gap, max_tokens, seed).
 
     Raises:
-        ConduitError: not an agent spec, an unknown key, or a value that is not a number (gap: a duration).
+        BadArguments (exit 3): not an agent spec, an unknown key, or a value that is not a number (gap: a duration).
     """
     kind, _, rest = spec.partition(":")
     if kind != "agent":
-        raise ConduitError(f"not an agent workload: {spec!r}", hint="use agent or agent:sessions=4,turns=4,gap=2s")
+        raise BadArguments(f"not an agent workload: {spec!r}", hint="use agent or agent:sessions=4,turns=4,gap=2s")
     values: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
         key, _, value = part.partition("=")
         if key not in _KEYS or not value:
-            raise ConduitError(f"--dataset agent: unknown setting {part!r}",
+            raise BadArguments(f"--dataset agent: unknown setting {part!r}",
                                hint="settings: " + ", ".join(f"{k}=..." for k in _KEYS))
         try:
             values[_KEYS[key]] = parse_duration(value) if key == "gap" else int(value)
         except ValueError:
-            raise ConduitError(f"--dataset agent: {key}={value!r} is not a number",
+            raise BadArguments(f"--dataset agent: {key}={value!r} is not a number",
                                hint="gap takes a duration (2s, 500ms), the others whole numbers") from None
     return AgentWorkload(**values)
 
@@ -232,10 +232,10 @@ async def run_agent(ep: Endpoint, model: str, wl: AgentWorkload, timeout_s: floa
     """Run the workload against ``ep`` (OpenAI protocol) and read the server's prefix-cache counters around it.
 
     Raises:
-        ConduitError: the endpoint is not an OpenAI one.
+        BadArguments (exit 3): the endpoint is not an OpenAI one.
     """
     if ep.protocol != "openai":
-        raise ConduitError("--dataset agent sends OpenAI chat requests", hint="use --protocol openai")
+        raise BadArguments("--dataset agent sends OpenAI chat requests", hint="use --protocol openai")
     run, system = AgentRun(wl), system_prompt(wl.prefix)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as http:

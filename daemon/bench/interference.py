@@ -42,7 +42,7 @@ from conduit.daemon.bench.runner import BenchConfig, open_session, run_request
 from conduit.daemon.bench.stats import RequestResult
 from conduit.daemon.bench.wire import Endpoint
 from conduit.daemon.vllm.metrics import Histogram
-from conduit.errors import ConduitError
+from conduit.errors import BadArguments
 from conduit.units import parse_duration, percentile
 
 #: A gap shorter than this (s) means two chunks arrived in one read: a burst, not a measured ITL.
@@ -68,7 +68,7 @@ class InterferenceSpec:
     second, ``gpus`` the GPUs there are for the advice (None: unknown).
 
     Raises:
-        ConduitError: a count below 1, or a rate that is not positive and finite.
+        BadArguments (exit 3): a count below 1, or a rate that is not positive and finite.
     """
 
     streams: int = 4
@@ -82,13 +82,13 @@ class InterferenceSpec:
     def __post_init__(self) -> None:
         for name in ("streams", "decodes", "prompt", "max_tokens", "long"):
             if getattr(self, name) < 1:
-                raise ConduitError(f"--dataset interference: {name} must be at least 1",
+                raise BadArguments(f"--dataset interference: {name} must be at least 1",
                                    hint="e.g. interference:streams=4,long=2048,rate=1")
         if not 0 < self.rate < float("inf"):
-            raise ConduitError("--dataset interference: rate must be a positive number of long prompts per second",
+            raise BadArguments("--dataset interference: rate must be a positive number of long prompts per second",
                                hint="e.g. rate=0.5")
         if self.gpus is not None and self.gpus < 0:
-            raise ConduitError("--dataset interference: gpus must be 0 or more", hint="e.g. gpus=2")
+            raise BadArguments("--dataset interference: gpus must be 0 or more", hint="e.g. gpus=2")
 
 
 _INT_KEYS = ("streams", "decodes", "prompt", "max_tokens", "long", "gpus")
@@ -99,11 +99,11 @@ def parse_spec(spec: str) -> InterferenceSpec:
     ``rate`` also as an interval, ``every=2s``).
 
     Raises:
-        ConduitError: not an interference spec, an unknown key, or a value that is not a number.
+        BadArguments (exit 3): not an interference spec, an unknown key, or a value that is not a number.
     """
     kind, _, rest = spec.partition(":")
     if kind != "interference":
-        raise ConduitError(f"not an interference spec: {spec!r}", hint="use interference or interference:long=2048")
+        raise BadArguments(f"not an interference spec: {spec!r}", hint="use interference or interference:long=2048")
     values: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
         key, _, value = part.partition("=")
@@ -115,10 +115,10 @@ def parse_spec(spec: str) -> InterferenceSpec:
             elif key == "every" and value:
                 values["rate"] = 1.0 / parse_duration(value)
             else:
-                raise ConduitError(f"--dataset interference: unknown setting {part!r}",
+                raise BadArguments(f"--dataset interference: unknown setting {part!r}",
                                    hint="settings: " + ", ".join(f"{k}=..." for k in (*_INT_KEYS, "rate", "every")))
         except (ValueError, ZeroDivisionError):
-            raise ConduitError(f"--dataset interference: {key}={value!r} is not a number",
+            raise BadArguments(f"--dataset interference: {key}={value!r} is not a number",
                                hint="rate in long prompts per second (0.5), every a duration (2s), others whole "
                                     "numbers") from None
     return InterferenceSpec(**values)
@@ -271,25 +271,37 @@ async def _phase(session: aiohttp.ClientSession, cfg: BenchConfig, spec: Interfe
     async def longs() -> None:
         pending: list[asyncio.Task[RequestResult]] = []
         n = 0
-        while not done.is_set():
-            sample = Sample(synthetic_prompt(spec.long, serial + 100_000 + n))
-            pending.append(asyncio.create_task(run_request(session, long_cfg, sample, n, 1)))
-            n += 1
-            try:
-                await asyncio.wait_for(done.wait(), 1.0 / spec.rate)
-            except TimeoutError:
-                pass
-        phase.longs = list(await asyncio.gather(*pending))
+        try:
+            while not done.is_set():
+                sample = Sample(synthetic_prompt(spec.long, serial + 100_000 + n))
+                pending.append(asyncio.create_task(run_request(session, long_cfg, sample, n, 1)))
+                n += 1
+                try:
+                    await asyncio.wait_for(done.wait(), 1.0 / spec.rate)
+                except TimeoutError:
+                    pass
+            phase.longs = list(await asyncio.gather(*pending))
+        except asyncio.CancelledError:  # Ctrl-C or an error: the long prompts in flight are not waited for
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
 
     before = await servercheck.scrape(session, cfg.endpoint.root)
     t0 = time.perf_counter()
     sender = asyncio.create_task(longs()) if with_long else None
     try:
         phase.decodes = await closed_loop(list(range(spec.streams)), spec.decodes, decode)
-    finally:
-        done.set()
+    except BaseException:
+        # cancelled, not told to finish: ``done`` stays unset, since Python 3.11's wait_for can swallow a
+        # cancellation that arrives as the event it waits for is set
         if sender is not None:
-            await sender
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+        raise
+    done.set()
+    if sender is not None:
+        await sender
     phase.wall_s = time.perf_counter() - t0
     after = await servercheck.scrape(session, cfg.endpoint.root)
     if before is not None and after is not None and before.itl is not None and after.itl is not None:
@@ -304,10 +316,10 @@ async def run_interference(endpoint: Endpoint, model: str, spec: InterferenceSpe
     Never raises for the network's or the server's sake (failures are counted in each phase's summary).
 
     Raises:
-        ConduitError: the endpoint is not an OpenAI one.
+        BadArguments (exit 3): the endpoint is not an OpenAI one.
     """
     if endpoint.protocol != "openai":
-        raise ConduitError("--dataset interference sends OpenAI chat requests", hint="use --protocol openai")
+        raise BadArguments("--dataset interference sends OpenAI chat requests", hint="use --protocol openai")
     cfg = BenchConfig(endpoint=endpoint, model=model, max_tokens=spec.max_tokens, ignore_eos=ignore_eos,
                       timeout_s=timeout_s, check_server=False, size_prompts=False)
     async with open_session(cfg, limit=0) as session:

@@ -13,7 +13,9 @@ or failed, 2 agent unreachable, 3 bad arguments.
 from __future__ import annotations
 
 import importlib
+import os
 from difflib import get_close_matches
+from pathlib import Path
 
 import typer
 import typer.core
@@ -140,3 +142,5 @@ def _root(
                                  help="Print the version of conduit-sync and exit."),
 ) -> None:
     state.profile = profile
+    if profile:  # what conduit starts (Claude Code's key helper: adapters/keyref.py) reads the same profile
+        os.environ["CONDUIT_PROFILE"] = str(Path(profile).expanduser().absolute())

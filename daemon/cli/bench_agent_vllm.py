@@ -33,12 +33,11 @@ from rich.table import Table
 
 from conduit.daemon.bench.agentload import AgentWorkload, parse_spec, run_agent
 from conduit.daemon.bench.wire import Endpoint
-from conduit.daemon.cli.app import state
-from conduit.daemon.cli.bench_vllm import AgentVllm, _words, parse_change, preview
+from conduit.daemon.cli.bench_vllm import AgentVllm, _words, before_and_after, parse_change, ready_before
 from conduit.daemon.cli.console import make_console
 from conduit.daemon.config.edit import set_vllm_keys
-from conduit.daemon.config.profile import LOCAL_CHANNEL, load_profile
-from conduit.errors import ConduitError, ProfileError
+from conduit.daemon.config.profile import LOCAL_CHANNEL
+from conduit.errors import ConduitError
 from conduit.fileio import atomic_write
 from conduit.units import parse_duration
 
@@ -113,22 +112,10 @@ def run_agent_compare_vllm(o: Any, endpoint_of: EndpointOf) -> int:
         changes = dict(parse_change(text) for text in o.compare_vllm)
     except ValueError as exc:
         raise typer.BadParameter(f"{exc} (e.g. kv_offloading_size=64)", param_hint="--compare-vllm") from None
-    loaded = load_profile(state.profile)
-    if loaded.vllm is None:
-        raise ProfileError(f"{loaded.path}: the profile has no [vllm] table",
-                           "--compare-vllm changes the local vLLM the agent supervises: add a [vllm] table")
-    try:
-        before, after = loaded.vllm, preview(loaded.text, loaded.path, changes)
-    except ProfileError as exc:
-        raise typer.BadParameter(exc.message, param_hint="--compare-vllm") from None
-    if after.launch_fingerprint() == before.launch_fingerprint():
-        raise typer.BadParameter(f"{_words(changes)} does not change how vLLM is launched", param_hint="--compare-vllm")
+    loaded, before, after = before_and_after(changes)
     timeout_s = parse_duration(o.ready_timeout, option="--ready-timeout")
     agent, out, err = AgentVllm(), make_console(highlight=True), make_console(stderr=True, highlight=True)
-    snap = agent.wait_ready(timeout_s, "before the change")
-    if snap.get("base_url") != before.base_url:
-        raise ConduitError(f"the agent supervises vLLM at {snap.get('base_url')}, but [vllm] of {loaded.path} "
-                           f"is at {before.base_url}", "run the agent with this profile (CONDUIT_PROFILE)")
+    snap = ready_before(agent, timeout_s, loaded.path, before)
     a = _run(endpoint_of, o, o.model or before.name, wl, err, "before")
     previous: dict[str, Any] | None = None
     try:

@@ -50,7 +50,7 @@ from conduit.daemon.bench.runner import BenchConfig
 from conduit.daemon.cli.app import state
 from conduit.daemon.cli.console import make_console
 from conduit.daemon.config.edit import set_vllm_keys
-from conduit.daemon.config.profile import LOCAL_CHANNEL, load_profile, parse_profile
+from conduit.daemon.config.profile import LOCAL_CHANNEL, LoadedProfile, load_profile, parse_profile
 from conduit.daemon.config.vllm import SUPERVISION_ONLY, VllmSettings
 from conduit.errors import ConduitError, ProfileError
 
@@ -238,12 +238,14 @@ class VllmCompare:
     json_path: Path | None = None
 
 
-def run_compare_vllm(o: VllmCompare) -> int:
-    """The whole ``--compare-vllm`` command (see the module docstring).
+def before_and_after(changes: dict[str, Any]) -> tuple[LoadedProfile, VllmSettings, VllmSettings]:
+    """The profile, its ``[vllm]`` table and that table with ``changes`` applied (not written), for a
+    ``--compare-vllm`` run (this sweep's and ``bench --dataset agent``'s).
 
-    Returns: 0, or 1 when neither sweep had a successful request. Raises what the steps raise (see above).
+    Raises:
+        ProfileError: the profile has no ``[vllm]`` table. typer.BadParameter (exit 3): a change the table
+            refuses, or one that does not change how vLLM is launched (the agent would not restart it).
     """
-    changes = o.changes
     loaded = load_profile(state.profile)
     if loaded.vllm is None:
         raise ProfileError(f"{loaded.path}: the profile has no [vllm] table",
@@ -255,12 +257,33 @@ def run_compare_vllm(o: VllmCompare) -> int:
     if after.launch_fingerprint() == before.launch_fingerprint():
         raise typer.BadParameter(f"{_words(changes)} does not change how vLLM is launched: the agent would not "
                                  "restart it", param_hint="--compare-vllm")
-    timeout_s, agent, util = o.ready_timeout_s, AgentVllm(), o.util
-    out, err = make_console(highlight=True), make_console(stderr=True, highlight=True)
+    return loaded, before, after
+
+
+def ready_before(agent: AgentVllm, timeout_s: float, path: Path, before: VllmSettings) -> dict[str, Any]:
+    """Wait (``timeout_s`` seconds) for the agent's vLLM to be ready before the change; its snapshot.
+
+    Raises:
+        ConduitError: the agent supervises a vLLM at another base URL than ``[vllm]`` of ``path``, or vLLM was
+            not ready in time (``AgentVllm.wait_ready``).
+    """
     snap = agent.wait_ready(timeout_s, "before the change")
     if snap.get("base_url") != before.base_url:
-        raise ConduitError(f"the agent supervises vLLM at {snap.get('base_url')}, but [vllm] of {loaded.path} "
+        raise ConduitError(f"the agent supervises vLLM at {snap.get('base_url')}, but [vllm] of {path} "
                            f"is at {before.base_url}", "run the agent with this profile (CONDUIT_PROFILE)")
+    return snap
+
+
+def run_compare_vllm(o: VllmCompare) -> int:
+    """The whole ``--compare-vllm`` command (see the module docstring).
+
+    Returns: 0, or 1 when neither sweep had a successful request. Raises what the steps raise (see above).
+    """
+    changes = o.changes
+    timeout_s, agent, util = o.ready_timeout_s, AgentVllm(), o.util
+    loaded, before, after = before_and_after(changes)
+    out, err = make_console(highlight=True), make_console(stderr=True, highlight=True)
+    snap = ready_before(agent, timeout_s, loaded.path, before)
     a = o.build(o.model or before.name)
     gpus = ((GpuCount(o.gpus[0], "--gpus"), GpuCount(o.gpus[1], "--gpus")) if o.gpus
             else (gpu_count(before, "before"), gpu_count(after, "after")))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import SecretStr
 
 from conduit.adapters.base import AuthStyle, Root, ToolSettings
-from conduit.adapters.keyref import delivery_options
+from conduit.adapters.keyref import RUNS_CONDUIT, delivery_options
 from conduit.adapters.registry import ADAPTERS
 from conduit.daemon.config.fallback import FallbackSettings
 from conduit.daemon.config.mcpconfig import tool_servers
@@ -130,9 +130,15 @@ class Resolver:
 
     def _options(self, tool: str, channel: str) -> dict[str, object]:
         """The tool's own options, with the ``key_delivery`` of the channel it uses filled in where the table
-        does not set the tool's own form of it (``conduit.adapters.keyref.delivery_options``)."""
+        does not set the tool's own form of it (``conduit.adapters.keyref.delivery_options``). A channel whose key
+        comes from an exported variable (``key = { env = ... }``) and sets no ``key_delivery`` gives a tool whose
+        reference runs conduit (``RUNS_CONDUIT``: Claude Code) a copy: the reference would read the variable in
+        the tool's environment (an editor, a desktop launcher), where it is often not set."""
         cfg, ch = self.profile.model.tools[tool], self.profile.model.channels.get(channel)
-        return delivery_options(tool, ch.key_delivery if ch is not None else None, cfg.options())
+        delivery = ch.key_delivery if ch is not None else None
+        if delivery is None and ch is not None and ch.key is not None and ch.key.env and tool in RUNS_CONDUIT:
+            delivery = "copy"
+        return delivery_options(tool, delivery, cfg.options())
 
     def tool_settings(self, tool: str) -> ToolSettings:
         """The ``ToolSettings`` for ``tool``.

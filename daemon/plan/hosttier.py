@@ -141,10 +141,13 @@ def plan_host_tier(i: TierInputs) -> HostTier:
 
 
 def _requested(req: int, lo: int, hi: int) -> list[str]:
-    if req < lo:
-        return [f"kv_offloading_size {format_bytes(req)} is under the device KV budget ({format_bytes(lo)}): "
-                "it would hold little the device cache does not"]
+    """What a requested size means against the bounds; both warnings when it is under the device KV budget
+    and over what the host can spare (a host with less room than the budget): the second is the dangerous one."""
+    out = []
     if req > hi:
-        return [f"kv_offloading_size {format_bytes(req)} is more than the host can spare ({format_bytes(hi)}): "
-                "vLLM allocates it all at start-up, so the host would swap or its OOM killer end vLLM"]
-    return [f"kv_offloading_size {format_bytes(req)} is within the bounds"]
+        out.append(f"kv_offloading_size {format_bytes(req)} is more than the host can spare ({format_bytes(hi)}): "
+                   "vLLM allocates it all at start-up, so the host would swap or its OOM killer end vLLM")
+    if req < lo:
+        out.append(f"kv_offloading_size {format_bytes(req)} is under the device KV budget ({format_bytes(lo)}): "
+                   "it would hold little the device cache does not")
+    return out or [f"kv_offloading_size {format_bytes(req)} is within the bounds"]

@@ -320,13 +320,12 @@ def _sync_tool(name: str, resolver: Resolver, writer: Writer, env: Env, *,
 
 
 def _restart_hint(adapter: Adapter, results: list[WriteResult], env: Env) -> str | None:
-    """The adapter's restart hint, or the MCP one when the only file changed is the tool's MCP file (Claude
-    Code's hint speaks of its ``env``, which an MCP-only change leaves alone)."""
-    if adapter.restart_hint is None:
-        return None
-    mcp = adapter.mcp_path(env)
-    if mcp is not None and all(r.path == mcp for r in results if r.changed):
-        return f"restart running {adapter.display_name} sessions to load the changed MCP servers"
+    """The adapter's restart hint, or its MCP one (``McpSupport.restart_hint``) when the only file changed is
+    the tool's MCP file (Claude Code's ``~/.claude.json``: its usual hint speaks of ``env``, which an MCP-only
+    change leaves alone). A tool whose MCP servers sit in its main config (OpenCode, Codex) declares none."""
+    mcp, support = adapter.mcp_path(env), adapter.mcp
+    if support is not None and support.restart_hint and all(r.path == mcp for r in results if r.changed):
+        return support.restart_hint
     return adapter.restart_hint
 
 

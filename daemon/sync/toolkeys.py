@@ -4,8 +4,8 @@ uses them any more.
 
 Several tools share one channel's key file, so no adapter can delete it on its own when its tool stops using it
 (``key_source = "env"``, another channel, the tool removed from the profile). After a real sync, a key file is
-stale when no tool of that sync wrote it and no tool file conduit knows still names it (a tool removed from the
-profile keeps its file, which may still point there); a stale file would be a copy of the key that nothing
+stale when no tool of that sync wrote it and no tool file conduit knows still names it (its file name: a tool
+may quote the path; a tool removed from the profile keeps its file, which may still point there); a stale file would be a copy of the key that nothing
 reads, so it is removed. A sync in which a tool failed removes nothing: that tool's file may still need it.
 """
 
@@ -45,9 +45,11 @@ def remove_stale_tool_keys(report: SyncReport, env: Env) -> list[Path]:
     if not stale:
         return []
     named = _tool_files_text(env)
+    if named is None:
+        return []
     removed = []
     for path in stale:
-        if str(path) in named:
+        if path.name in named:  # the name, not the whole path: a tool may quote it (Pi's ``!cat '...'``)
             continue
         with contextlib.suppress(OSError):
             path.unlink()
@@ -56,16 +58,17 @@ def remove_stale_tool_keys(report: SyncReport, env: Env) -> list[Path]:
     return removed
 
 
-def _tool_files_text(env: Env) -> str:
+def _tool_files_text(env: Env) -> str | None:
     """The text of every tool file the adapters report for doctor (each absolute path among
     ``inspect(env).details``' values naming a regular file: ``file``, Pi's ``models``...), joined: a key file
-    named in none of them is used by no tool conduit knows."""
+    named in none of them is used by no tool conduit knows. None when an adapter could not say (its
+    ``inspect`` raised): then nothing is known to be unused."""
     parts = []
     for adapter in ADAPTERS.values():
         try:
             details = adapter.inspect(env).details
-        except Exception:  # noqa: BLE001 - a tool's odd file must not decide the others; it names nothing
-            continue
+        except Exception:  # noqa: BLE001 - an odd tool file: what it names is unknown, so nothing is removed
+            return None
         for value in details.values():
             if isinstance(value, str) and value.startswith("/"):
                 parts.append(_read_capped(Path(value)))

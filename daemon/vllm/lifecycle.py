@@ -65,6 +65,9 @@ class Lifecycle:
     """The current state (``state``), since when (``since``, epoch s) and the last 64 ``(state, epoch_s)``
     (``history``); ``Supervisor`` is a Lifecycle driven by its messages."""
 
+    #: how the log names this engine: ``vLLM`` (the supervised one), ``engine [engines.NAME]`` (an observer)
+    label = "vLLM"
+
     def __init__(self) -> None:
         self.state = VllmState.STOPPED
         self.since = time.time()
@@ -84,7 +87,7 @@ class Lifecycle:
                 f"vLLM supervisor: illegal transition {self.state.value} -> {new.value}",
                 "this is a bug in conduit; please report it with `conduit vllm logs`",
             )
-        log.info("vLLM %s -> %s", self.state.value, new.value)
+        log.info("%s %s -> %s", self.label, self.state.value, new.value)
         self.state = new
         self.since = time.time()
         self.history.append((new.value, self.since))

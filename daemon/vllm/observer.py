@@ -110,6 +110,8 @@ class Observer(Lifecycle, Reports):
         Reports.__init__(self, redactor)
         Lifecycle.__init__(self)
         self.settings, self.table = settings, table
+        if table != "[vllm]":  # side by side, the log must say which engine
+            self.label = f"engine {table}"
         self.teach(settings)
         self.autostart = False
         self.recovering = True  # until the first look: the router takes no evidence before it
@@ -229,6 +231,14 @@ class Observer(Lifecycle, Reports):
             ok, why = await self._look_ollama(client)
         else:
             ok, why = await self._monitor.check_ready(client)
+            if not ok and why in _KEY_REFUSED:
+                # /health answered: the engine is up, only its model list wants a key this table does not give;
+                # "failed" would move the tools of a channel that works to the fallback
+                ok = True
+                text = (f"the engine at {self.settings.base_url} is up (/health) but {why}: its models are not "
+                        "checked without its key")
+                if text not in self.warnings:
+                    self.warnings_push(text)
             if ok and time.monotonic() >= self._next_metrics:
                 self._next_metrics = time.monotonic() + self.settings.metrics_interval_s
                 await self._monitor.scrape(client)
@@ -344,5 +354,8 @@ class Observer(Lifecycle, Reports):
                          "it is not conduit's to start: check the container or service that runs it"
                          + ("" if s.log_command else f"; set {self.table}.log_command to have its log diagnosed"))
 
+
+#: ``Monitor.check_ready``'s reasons for a model list refused for want of a key (after ``/health`` answered 200)
+_KEY_REFUSED = frozenset({"/v1/models answered 401", "/v1/models answered 403"})
 
 __all__ = ["LOG_MAX_BYTES", "LOG_TIMEOUT_S", "Observer", "read_log_command"]

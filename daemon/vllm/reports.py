@@ -62,7 +62,8 @@ class Reports:
         failure = {**d.to_dict(), "exit_code": exit_code, "log_tail": "\n".join(lines), "at": time.time()}
         self.last_failure = {k: self.mask(v) if isinstance(v, str) else v for k, v in failure.items()}
         if not quiet:
-            log.warning("vLLM %s: %s", self.last_failure["kind"], self.last_failure["reason"])
+            log.warning("%s %s: %s", getattr(self, "label", "vLLM"), self.last_failure["kind"],
+                        self.last_failure["reason"])
 
     def note_left(self, left: list[str]) -> None:
         """Warn about processes that outlived SIGKILL (``"pid command line"`` strings)."""

@@ -136,3 +136,23 @@ def test_options_that_shape_another_load_are_refused(tmp_path: Path) -> None:
                         "--dataset", "interference", "--concurrency", "4"], capture_output=True, text=True,
                        timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "160"})
     assert r.returncode == 3 and "sets its own load" in r.stderr
+
+
+def test_cancelling_does_not_wait_for_the_long_prompts_in_flight() -> None:
+    """Ctrl-C during the second phase: the long prompts still prefilling (60 s each here) are cancelled with it,
+    not waited for (the run used to sit out each one's request timeout). The 20 s bound is a third of one
+    prefill: far from what waiting would take, whatever the machine's load."""
+    spec = InterferenceSpec(streams=1, decodes=200, prompt=8, max_tokens=4, long=300, rate=4.0, gpus=2)
+
+    async def main(eng: object) -> bool:
+        task = asyncio.create_task(run_interference(Endpoint(eng.base), "m", spec))  # type: ignore[attr-defined]
+        for _ in range(600):  # until a long prompt is in flight (the second phase has begun)
+            await asyncio.sleep(0.05)
+            if await asyncio.to_thread(lambda: eng.counts()["longs"]) >= 1:  # type: ignore[attr-defined]
+                break
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=20)
+        return task in done
+
+    with spawn_engine(gap_s=0.001, factor=1.0, prefill_s=60, long_words=200) as eng:
+        assert asyncio.run(main(eng)), "the cancelled run waited for the long prompts in flight"

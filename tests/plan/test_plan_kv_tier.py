@@ -71,6 +71,9 @@ def test_a_requested_size_is_checked_against_the_bounds() -> None:
     assert "under the device KV budget" in note(4 * GiB)
     assert "more than the host can spare" in note(60 * GiB)
     assert "within the bounds" in note(16 * GiB)
+    # a host with less room than the device KV budget: a size under the budget can still be over the room
+    small_host = plan_host_tier(TierInputs(80 * GiB, 1024, 64 * GiB, 40 * GiB, requested_bytes=64 * GiB)).notes
+    assert "more than the host can spare" in small_host[0] and "under the device KV budget" in small_host[1]
     lm = plan_host_tier(TierInputs(10 * GiB, 1024, 64 * GiB, 40 * GiB, backend="lmcache"))
     assert "LMCache server" in lm.notes[0]
 

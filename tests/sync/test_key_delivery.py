@@ -29,8 +29,12 @@ KEY = "sk-delivery-0123456789abcdefQRS"
 
 
 def cli(home: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    """``conduit ARGS`` with ``python``; a python other than the suite's runs without ``CONDUIT_STABLE_INSTALL``
+    (its place decides, as for a person)."""
     env = dict(os.environ, HOME=str(home), NO_COLOR="1", COLUMNS="200", PATH="/usr/bin:/bin")
     env.pop("NOTIFY_SOCKET", None)
+    if python != sys.executable:
+        env.pop("CONDUIT_STABLE_INSTALL", None)
     return subprocess.run([python, "-m", "conduit.daemon.cli", *args], capture_output=True, text=True, env=env,
                           timeout=120)
 
@@ -149,3 +153,38 @@ def test_switching_to_a_reference_takes_the_key_out_of_that_tools_backups(temp_h
     assert holding("claude_code") == []
     assert holding("cline")  # Cline's live file still holds the key: its backups keep it
     assert any(fingerprint(KEY).encode() in p.read_bytes() for p in (backups / "claude_code").rglob("*") if p.is_file())
+
+
+def test_a_profile_given_with_the_option_reaches_the_helper(temp_home: Path) -> None:
+    """``conduit --profile P sync``: the helper Claude Code runs reads P, not the default profile (which may have a
+    channel of the same name with another key)."""
+    profile = setup(temp_home)
+    other = temp_home / "work.toml"
+    other.write_text(profile.read_text())
+    profile.write_text(profile.read_text().replace("keys/gw", "keys/personal"))
+    (profile.parent / "keys" / "personal").write_text("sk-personal-ZZZZZZZZZZZZZZZZ\n")
+    assert cli(temp_home, "--profile", str(other), "sync").returncode == 0
+    helper = claude_doc(temp_home)["apiKeyHelper"]
+    assert f"--profile {other}" in helper
+    env = dict(os.environ, HOME=str(temp_home))
+    env.pop("CONDUIT_PROFILE", None)
+    printed = subprocess.run(helper, shell=True, capture_output=True, text=True, env=env, timeout=60)
+    assert printed.stdout.strip() == KEY, printed.stderr
+
+
+def test_a_key_from_an_exported_variable_is_copied_unless_a_reference_is_asked_for(temp_home: Path) -> None:
+    """``key = { env = "X" }``: the helper would read X in Claude Code's environment (an editor, a launcher),
+    where it is often not set; so the default there is a copy; an explicit ``key_delivery`` still decides."""
+    profile = setup(temp_home)
+    text = profile.read_text().replace('key = { file = "~/.config/conduit/keys/gw" }', 'key = { env = "GW_KEY" }')
+    profile.write_text(text)
+    os.environ["GW_KEY"] = KEY
+    try:
+        assert cli(temp_home, "sync").returncode == 0
+        doc = claude_doc(temp_home)
+        assert "apiKeyHelper" not in doc and doc["env"]["ANTHROPIC_AUTH_TOKEN"] == KEY
+        profile.write_text(text.replace('auth = "bearer"\n', 'auth = "bearer"\nkey_delivery = "reference"\n'))
+        assert cli(temp_home, "sync").returncode == 0
+        assert claude_doc(temp_home)["apiKeyHelper"].endswith(" key print gw")
+    finally:
+        del os.environ["GW_KEY"]

@@ -178,3 +178,12 @@ def test_an_mcp_only_change_gives_the_mcp_restart_hint(home: Path) -> None:
     claude = next(t for t in _sync_ok(home).tools if t.tool == "claude_code")
     assert claude.status == "changed" and [r.path.name for r in claude.results if r.changed] == [".claude.json"]
     assert claude.restart_hint == "restart running Claude Code sessions to load the changed MCP servers"
+
+
+def test_a_tool_keeping_its_servers_in_its_main_config_keeps_its_own_hint(home: Path) -> None:
+    """Codex's MCP servers sit in config.toml, beside everything else conduit writes there."""
+    _profile(home, "[mcp]\n")
+    _sync_ok(home)
+    _profile(home, SERVERS)
+    codex = next(t for t in _sync_ok(home).tools if t.tool == "codex")
+    assert codex.status == "changed" and "MCP" not in (codex.restart_hint or "")

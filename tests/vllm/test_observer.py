@@ -229,3 +229,38 @@ def test_the_vllm_commands_refuse_an_observed_engine_without_asking_the_agent(te
         r = subprocess.run([conduit_exe(), *args], env=env, capture_output=True, text=True, timeout=60)
         # no agent runs: without the local refusal start/stop/restart would exit 2 (agent unreachable)
         assert r.returncode == 1 and "manage = false" in r.stderr, (args, r.returncode, r.stderr)
+
+
+def test_an_engine_that_wants_a_key_for_its_models_is_up_not_failed(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """vLLM with ``--api-key``: ``/health`` answers, ``/v1/models`` 401 without the key. An ``[engines.NAME]``
+    table gives no key: the engine is shown ready (from ``/health``) with a warning, not failed (which would move
+    the tools of a channel that works, with its own key, to the fallback)."""
+    port, log = free_port(), tmp_path / "fake.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, FAKE, "--model", "fake", "--port", str(port), "--api-key",
+                                 "sk-engine-0123456789abcdef"], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    async def story() -> dict[str, Any]:
+        obs = Observer(observed(f"http://127.0.0.1:{port}", engine="vllm"), table="[engines.box]")
+        task = asyncio.create_task(obs.run())
+        try:
+            await until(obs, VllmState.READY, timeout_s=60)
+            await asyncio.sleep(0.5)  # several more looks: still ready, one warning
+            return obs.snapshot()
+        finally:
+            await obs.aclose(stop_vllm=False)
+            assert task.done()
+
+    caplog.set_level("INFO")
+    try:
+        snap = asyncio.run(story())
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert snap["state"] == "ready"
+    warned = [w for w in snap["warnings"] if "/v1/models answered 401" in w]
+    assert len(warned) == 1 and "sk-engine" not in str(snap)
+    # side by side with other engines, the log names which one changed state
+    assert any(r.getMessage().startswith("engine [engines.box] starting -> ready") for r in caplog.records)
