@@ -1,7 +1,7 @@
 """Canary sweep: a key from each source kind (file, env, command, secret, keyring: a real Secret Service,
 tests/helpers/secretservice.py) goes through `conduit key set`, a full `conduit sync`, `doctor --json`, `status
 --json`, `key list --json`, `conduit run` (a stand-in Codex), a rotation (or its refusal), an error, and the daemon
-with its log and its notify messages; then the key is searched in every file under HOME and the runtime folder, and
+with its log and its notify messages, a real agent's socket answers and log; then the key is searched in every file under HOME and the runtime folder, and
 in every output. It may rest only in its own source and in the files doctor lists as holding it (the tools that take
 a copy); the tools set to a reference (Claude Code's apiKeyHelper, Codex ``env_key``, Qwen Code ``envKey``, Droid
 ``${VAR}``, OpenCode ``{env:...}``, Crush ``$VAR``, Zed's variable) hold none. Meanwhile ``/proc/*/cmdline`` of
@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from helpers import secretservice
+from helpers.agentproc import AgentProc, request
 from helpers.daemonproc import Daemon
 from helpers.secretservice import SecretService
 from helpers.toolfiles import cc_switch_db, claude_settings, cline_gen_c, write_profile
@@ -227,6 +228,7 @@ def test_the_key_rests_only_in_its_source_and_the_copies_doctor_lists(canary: Ho
         time.sleep(2)
         daemon.stop()
     h.proc_hits += sampler.hits
+    h.outputs += _agent_answers(h)
     report = json.loads(h.conduit("doctor", "--json").stdout)
     tools, files = copies(report, h.home)
     assert tools == COPY_TOOLS
@@ -238,6 +240,23 @@ def test_the_key_rests_only_in_its_source_and_the_copies_doctor_lists(canary: Ho
     assert OLD not in said and NEW not in said
     assert OLD[:-4] not in said and NEW[:-4] not in said  # not even the key without its last characters
     assert h.proc_hits == [] and h.samples > 0
+
+
+def _agent_answers(h: Home) -> list[str]:
+    """A real agent on its socket with the profile (it resolves the channel's key to probe the gateway): every
+    answer of its read routes, a forced probe, and its log, for the sweep; its process sampled meanwhile."""
+    agent = AgentProc(h.home, env={k: v for k, v in h.env().items() if os.environ.get(k) != v})
+    with Sampler((OLD, NEW), [], environ=False) as sampler:
+        agent.start()
+        try:
+            bodies = [agent.get(p) for p in ("/v1/status", "/v1/channels", "/v1/channels/gw", "/v1/tools",
+                                              "/v1/vllm")]
+            bodies.append(request(agent.sock, "POST", "/v1/channels/gw/probe", timeout=60))
+        finally:
+            agent.stop()
+    h.proc_hits += sampler.hits
+    assert bodies[0][0] == 200, bodies[0]
+    return [json.dumps(bodies), agent.log.read_text(errors="replace")]
 
 
 @pytest.mark.parametrize("kind", ["secret", "keyring"])
