@@ -17,7 +17,7 @@ def session_env(home: Path, tool: str) -> dict[str, str]:
     configured by its files (``conduit sync`` wrote them). Fails the test when the command fails."""
     if ADAPTERS[tool].configured_by != "environment":
         return {}
-    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "CONDUIT_STABLE_INSTALL": "1"}
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "env", tool, "--show-key"], env=env, cwd=home,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"conduit env {tool} exit {r.returncode}:\n{r.stderr[-2000:]}"

@@ -74,7 +74,7 @@ def version_of(sandbox: Any, spec: OneShot, binary: Path, env: dict[str, str], c
 
 def sync(home: Path) -> None:
     """`conduit sync` as a person runs it (this interpreter's conduit, HOME=home, no XDG overrides)."""
-    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "CONDUIT_STABLE_INSTALL": "1"}
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], env=env, cwd=home,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"conduit sync exit {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"

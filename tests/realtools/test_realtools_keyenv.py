@@ -81,7 +81,7 @@ def test_reference_to_a_variable_that_conduit_run_sets(tool: str, temp_home: Pat
         assert sent == ({"Bearer ${CONDUIT_API_KEY}"} if tool == "droid" else {""}), why(bare)
 
     before = files(temp_home)
-    env = {"HOME": str(temp_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env = {"HOME": str(temp_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "CONDUIT_STABLE_INSTALL": "1"}
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "rotate", "gw", "--force"], input=NEW,
                        env=env, cwd=temp_home, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr  # the gateway lives in the sandbox's network: --force

@@ -58,7 +58,7 @@ def test_claude_code_gets_the_key_through_api_key_helper(temp_home: Path, tmp_pa
 
     assert _keys_sent(sandbox, binary, temp_home, tool_path, project) == {KEY}
 
-    env = {"HOME": str(temp_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env = {"HOME": str(temp_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "CONDUIT_STABLE_INSTALL": "1"}
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "key", "rotate", "gw", "--force"], input=NEW,
                        env=env, cwd=temp_home, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr  # the gateway lives in the sandbox's network: --force

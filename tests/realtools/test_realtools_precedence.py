@@ -213,7 +213,7 @@ def _credentials(r: Any) -> list[str]:
 def doctor_state(home: Path, cwd: Path, extra: dict[str, str], tool: str) -> dict[str, Any]:
     """``conduit doctor --json``'s entry for ``tool``, run as a person runs it from ``cwd`` with ``extra``
     exported."""
-    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **extra}
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "CONDUIT_STABLE_INSTALL": "1", **extra}
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "doctor", "--json"], env=env, cwd=cwd,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode in (0, 1) and r.stdout.strip(), \
@@ -232,7 +232,7 @@ sync, which is doctor's fix there."""
 def verify_model(home: Path, cwd: Path, extra: dict[str, str], tool: str, path: str) -> str | None:
     """The model of the request `conduit verify TOOL --json` reports, run from ``cwd`` with ``extra`` exported and
     the tier's binaries on ``PATH``."""
-    env = {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", **extra}
+    env = {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", "CONDUIT_STABLE_INSTALL": "1", **extra}
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "verify", tool, "--json"], env=env, cwd=cwd,
                        capture_output=True, text=True, timeout=180)
     assert r.stdout.strip(), f"conduit verify exit {r.returncode}:\n{r.stderr[-2000:]}"

@@ -63,7 +63,8 @@ def conduit_run(sandbox: Any, home: Path, project: Path, tool_path: str, tool: s
     """``conduit run TOOL OPTIONS -- <one-shot arguments>`` in the sandbox; the ``RunResult``."""
     spec = ONE_SHOTS[tool]
     argv = [sys.executable, "-m", "conduit.daemon.cli", "run", tool, *options, "--", *spec.argv("_", PROMPT)[1:]]
-    env = {"HOME": str(home), "PATH": tool_path, "LANG": "C.UTF-8", "TERM": "dumb", **OPT_OUT_ENV,
+    env = {"HOME": str(home), "PATH": tool_path, "LANG": "C.UTF-8", "TERM": "dumb", "CONDUIT_STABLE_INSTALL": "1",
+           **OPT_OUT_ENV,
            **spec.extra_env, **(extra_env or {})}
     return sandbox.run(ToolRun(argv=argv, env=env, cwd=project, timeout_s=spec.timeout_s + 30))
 
@@ -109,7 +110,8 @@ def test_conduit_run_claude_code_on_a_second_channel(temp_home: Path, tmp_path: 
     project.mkdir()
     write_profile(temp_home, "claude_code", sandbox.root + "/main", sandbox.root + "/api")
     r = subprocess.run([sys.executable, "-m", "conduit.daemon.cli", "sync"], capture_output=True, text=True,
-                       env={"HOME": str(temp_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, timeout=120)
+                       env={"HOME": str(temp_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+                            "CONDUIT_STABLE_INSTALL": "1"}, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     settings = temp_home / ".claude" / "settings.json"
     assert json.loads(settings.read_text())["env"]["ANTHROPIC_BASE_URL"].endswith("/main")
